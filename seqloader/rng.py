@@ -1,0 +1,108 @@
+"""L1: the one place where seeds turn into streams of randomness.
+
+Every random decision in seqloader is a pure function of a user seed and a *position*, never of
+the process, the worker id or the order in which items are computed. There are three functions:
+
+=========================================  ==============================================
+function                                   used for
+=========================================  ==============================================
+``derive_seed(seed, "shuffle", epoch)``    the epoch's sample order (``shuffle``, loader)
+``derive_seed(seed, "batch_globals",       seeds of ``random``, ``numpy.random`` and
+epoch, index)``                            torch's global RNG before item/batch ``index``
+``item_rng(seed, index)``                  the ``numpy.random.Generator`` of ``rng_map``
+=========================================  ==============================================
+
+``purpose`` is one of the fixed strings in :data:`PURPOSES`; a typo raises instead of silently
+producing an unrelated stream. Seeds are ints in ``[0, 2**64)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from seqloader.errors import check_nonnegative_int
+
+__all__ = ["PURPOSES", "SEED_BOUND", "check_seed", "derive_seed", "item_rng"]
+
+#: The streams seqloader draws from; the numbers are part of the state format (never renumber).
+PURPOSES = {
+    "shuffle": 1,
+    "rng_map": 2,
+    "batch_globals": 3,
+    "worker": 4,
+    "sampler": 5,
+}
+
+#: Seeds are unsigned 64-bit integers.
+SEED_BOUND = 2**64
+
+
+def check_seed(op: str, seed: Any) -> int:
+    """Validate a user seed: an int in ``[0, 2**64)``; ``op`` names the caller in errors.
+
+    Example:
+        >>> check_seed("shuffle", 7)
+        7
+        >>> check_seed("shuffle", 2**64)
+        Traceback (most recent call last):
+        ValueError: shuffle: seed must be < 2**64 (got 18446744073709551616)
+    """
+    seed = check_nonnegative_int(op, "seed", seed)
+    if seed >= SEED_BOUND:
+        raise ValueError(f"{op}: seed must be < 2**64 (got {seed})")
+    return seed
+
+
+def derive_seed(seed: int, purpose: str, *position: int) -> int:
+    """Derive a 64-bit seed for ``purpose`` at ``position`` (e.g. ``epoch`` or ``epoch, index``).
+
+    Args:
+        seed: the user seed, an int in ``[0, 2**64)``.
+        purpose: one of :data:`PURPOSES`.
+        *position: non-negative ints (epoch, batch index, ...).
+
+    Returns:
+        An int in ``[0, 2**64)``; equal inputs give equal outputs in every process.
+
+    Raises:
+        ValueError: unknown ``purpose`` or a negative position.
+
+    Example:
+        >>> derive_seed(0, "shuffle", 1) == derive_seed(0, "shuffle", 1)
+        True
+        >>> derive_seed(0, "shuffle", 1) != derive_seed(0, "shuffle", 2)
+        True
+        >>> derive_seed(0, "shufle", 1)
+        Traceback (most recent call last):
+        ValueError: derive_seed: unknown purpose 'shufle' (expected one of batch_globals, rng_map, sampler, shuffle, worker)
+    """
+    if purpose not in PURPOSES:
+        raise ValueError(f"derive_seed: unknown purpose {purpose!r} (expected one of {', '.join(sorted(PURPOSES))})")
+    seed = check_seed("derive_seed", seed)
+    pos = [check_nonnegative_int("derive_seed", "position", p) for p in position]
+    state = np.random.SeedSequence([seed, PURPOSES[purpose], *pos]).generate_state(2, dtype=np.uint32)
+    return int(state[0]) | (int(state[1]) << 32)
+
+
+def item_rng(seed: int, index: int) -> np.random.Generator:
+    """The generator of item ``index`` for ``seed``: ``default_rng(SeedSequence([seed, index]))``.
+
+    Args:
+        seed: an int in ``[0, 2**64)``.
+        index: the item position, ``>= 0``.
+
+    Returns:
+        A fresh ``numpy.random.Generator``; the same ``(seed, index)`` always gives the same draws.
+
+    Example:
+        >>> int(item_rng(3, 10).integers(100)) == int(item_rng(3, 10).integers(100))
+        True
+        >>> item_rng(3, -1)
+        Traceback (most recent call last):
+        ValueError: item_rng: index must be a non-negative int (got -1)
+    """
+    seed = check_seed("item_rng", seed)
+    index = check_nonnegative_int("item_rng", "index", index)
+    return np.random.default_rng(np.random.SeedSequence([seed, index]))

@@ -1,0 +1,1 @@
+"""L0: lazy, position-addressable sequences (no torch, no multiprocessing)."""

@@ -1,0 +1,90 @@
+"""Shared fixtures: hypothesis profiles and the leak check every multiprocessing test runs under.
+
+Every test gets a timeout from ``setup.cfg`` (pytest-timeout). Tests marked ``mp`` (and every test
+in ``tests/prefetch``, ``tests/loader`` and ``tests/integrations``) also run under ``no_leaks``:
+it fails the test if a child process or a ``/dev/shm`` segment with seqloader's prefix outlives it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", derandomize=True, deadline=None, max_examples=60,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", deadline=None, max_examples=100)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+SHM_PREFIX = "seqloader_"
+_MP_DIRS = ("prefetch", "loader", "integrations")
+
+
+def _shm_segments() -> set[str]:
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIX)}
+    except FileNotFoundError:  # pragma: no cover - no /dev/shm
+        return set()
+
+
+def _children() -> set[int]:
+    me = psutil.Process()
+    kids = set()
+    for p in me.children(recursive=True):
+        try:
+            # multiprocessing's resource tracker and forkserver are shared helpers, not workers.
+            cmd = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if "resource_tracker" in cmd or "forkserver" in cmd:
+            continue
+        kids.add(p.pid)
+    return kids
+
+
+def _wait_until_clean(before_kids, before_shm, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        kids = {p for p in _children() - before_kids if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+        shm = _shm_segments() - before_shm
+        if (not kids and not shm) or time.monotonic() > deadline:
+            return kids, shm
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def no_leaks():
+    """Fail the test if worker processes or shared-memory segments outlive it."""
+    import gc
+
+    before_kids, before_shm = _children(), _shm_segments()
+    yield
+    gc.collect()
+    kids, shm = _wait_until_clean(before_kids, before_shm)
+    for pid in kids:  # do not let one leak poison the following tests
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
+    for name in shm:
+        try:
+            os.unlink(os.path.join("/dev/shm", name))
+        except OSError:
+            pass
+    assert not kids, f"worker processes outlived the test: {sorted(kids)}"
+    assert not shm, f"shared-memory segments outlived the test: {sorted(shm)}"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = item.path.parts
+        if "tests" in parts and any(d in parts for d in _MP_DIRS) or item.get_closest_marker("mp"):
+            item.fixturenames.insert(0, "no_leaks")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "mp: runs worker processes; checked for leaked processes and shm")
