@@ -1,0 +1,1 @@
+"""L4: bridges to torch's own APIs (``IterableDataset``) and helpers for distributed training."""
