@@ -4,8 +4,12 @@ Public names are listed in ``__all__``; everything else is private.
 """
 
 from seqloader.sequences.base import LazySequence
+from seqloader.sequences.mapping import rng_map, smap
+from seqloader.sequences.reorder import concatenate, gather, repeat, shuffle
+from seqloader.sequences.shape import batch
+from seqloader.sequences.shard import shard
 from seqloader.integrations.torch_iterable import as_iterable_dataset
 
 __version__ = "0.1.0"
 
-__all__ = ["LazySequence", "as_iterable_dataset", "__version__"]
+__all__ = ["LazySequence", "smap", "rng_map", "gather", "shuffle", "concatenate", "repeat", "batch", "shard", "as_iterable_dataset", "__version__"]

@@ -1,0 +1,211 @@
+"""L1: a keyed pseudo-random permutation of ``[0, n)`` with O(1) memory (a Feistel network).
+
+``shuffle`` needs item ``i`` of a permuted order without materialising the order, so that a
+loader can seek to any position of an epoch of any length. :class:`FeistelPermutation` is a
+bijection of ``[0, 2**b)`` (``b`` = the bit length of ``n - 1``) built from alternating unbalanced
+Feistel rounds; positions that land in ``[n, 2**b)`` are walked again ("cycle-walking") until they
+fall inside ``[0, n)``, which keeps it a bijection of ``[0, n)``. As ``2**b < 2 n``, a position needs
+fewer than two rounds of the network on average.
+
+Each round splits ``x`` into its low ``s`` bits ``R`` and its high ``b - s`` bits ``L`` and maps it to
+``(R << (b - s)) | (L ^ F(R, key_r))``; ``s`` alternates between ``b // 2`` and ``b - b // 2``. The
+round function ``F`` is a multiply/xor-shift hash (the high bits of the product). Round keys are
+``derive_seed(seed, "shuffle", n, r)``, so the order depends on ``seed`` and ``n`` only.
+
+The map is vectorised over ``numpy.uint64`` arrays (one numpy call per round and walk, not per
+position); :meth:`FeistelPermutation.index` computes the same map for one position in pure Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from seqloader.errors import check_int, check_nonnegative_int, check_positive_int
+from seqloader.rng import check_seed, derive_seed
+
+__all__ = ["FeistelPermutation", "MAX_N"]
+
+#: The largest supported ``n`` (positions must fit in a signed 64-bit integer).
+MAX_N = 2**63
+
+_M64 = (1 << 64) - 1
+_C1 = 0x9E3779B97F4A7C15
+_C2 = 0xBF58476D1CE4E5B9
+_U_C1 = np.uint64(_C1)
+_U_C2 = np.uint64(_C2)
+_U32 = np.uint64(32)
+
+
+class FeistelPermutation:
+    """A pseudo-random bijection of ``[0, n)`` determined by ``(n, seed)``, in O(1) memory.
+
+    Args:
+        n: the size of the domain, ``0 <= n <= 2**63``.
+        seed: an int in ``[0, 2**64)``.
+        rounds: the number of Feistel rounds (default 6).
+
+    Raises:
+        TypeError: an argument is not an int.
+        ValueError: an argument is out of range.
+
+    Example:
+        >>> p = FeistelPermutation(10, seed=0)
+        >>> sorted(p(np.arange(10)).tolist()) == list(range(10))
+        True
+        >>> p.index(3) == int(p(np.array([3]))[0])
+        True
+        >>> int(p.inverse(p(np.array([7])))[0])
+        7
+        >>> FeistelPermutation(0, seed=0)(np.array([], dtype=np.int64)).tolist()
+        []
+        >>> p.index(10)
+        Traceback (most recent call last):
+        IndexError: FeistelPermutation(n=10, seed=0, rounds=6): index 10 out of range [0, 10)
+    """
+
+    def __init__(self, n: int, seed: int, rounds: int = 6):
+        n = check_nonnegative_int("FeistelPermutation", "n", n)
+        if n > MAX_N:
+            raise ValueError(f"FeistelPermutation: n must be <= 2**63 (got {n})")
+        self._n = n
+        self._seed = check_seed("FeistelPermutation", seed)
+        self._rounds = check_positive_int("FeistelPermutation", "rounds", rounds)
+        self._setup()
+
+    def _setup(self) -> None:
+        n = self._n
+        b = max(n - 1, 0).bit_length()  # 2**b >= n, and 2**b < 2 n for n >= 2
+        self._bits = b
+        # Per round: (s, t, key): R = low s bits, L = high t = b - s bits, F's output has t bits.
+        params = []
+        for r in range(self._rounds if n > 1 else 0):
+            s = b // 2 if r % 2 == 0 else b - b // 2
+            t = b - s
+            if t == 0:  # the round is the identity (L is empty)
+                continue
+            params.append((s, t, derive_seed(self._seed, "shuffle", n, r)))
+        self._params = tuple(params)
+        self._np_params = tuple(
+            (np.uint64(s), np.uint64(t), np.uint64((1 << s) - 1), np.uint64((1 << t) - 1),
+             np.uint64(64 - t), np.uint64(key))
+            for s, t, key in params
+        )
+
+    # -- the network on [0, 2**b) -------------------------------------------------------------
+
+    def _encrypt(self, x: np.ndarray) -> np.ndarray:
+        for s, t, mask_s, _mask_t, shift_f, key in self._np_params:
+            right = x & mask_s
+            h = (right ^ key) * _U_C1
+            h ^= h >> _U32
+            h *= _U_C2
+            x = (right << t) | ((x >> s) ^ (h >> shift_f))
+        return x
+
+    def _decrypt(self, x: np.ndarray) -> np.ndarray:
+        for s, t, _mask_s, mask_t, shift_f, key in reversed(self._np_params):
+            right = x >> t
+            h = (right ^ key) * _U_C1
+            h ^= h >> _U32
+            h *= _U_C2
+            x = (((x & mask_t) ^ (h >> shift_f)) << s) | right
+        return x
+
+    def _walk(self, x: np.ndarray, step) -> np.ndarray:
+        n = np.uint64(self._n)
+        y = step(x)
+        todo = np.flatnonzero(y >= n)
+        while todo.size:
+            z = step(y[todo])
+            y[todo] = z
+            todo = todo[z >= n]
+        return y
+
+    def _check(self, idx: Any) -> np.ndarray:
+        a = np.asarray(idx)
+        if a.dtype.kind not in "iu":
+            if a.size == 0:
+                return np.zeros(a.shape, dtype=np.uint64)
+            raise TypeError(f"{self!r}: positions must be an integer array (got dtype {a.dtype})")
+        if a.size:
+            lo, hi = int(a.min()), int(a.max())
+            if lo < 0 or hi >= self._n:
+                bad = lo if lo < 0 else hi
+                raise IndexError(f"{self!r}: position {bad} out of range [0, {self._n})")
+        return a.astype(np.uint64, copy=True)
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def __call__(self, idx: Any) -> np.ndarray:
+        """Map an array of positions in ``[0, n)`` to their images, as a new ``uint64`` array.
+
+        Raises:
+            TypeError: ``idx`` is not an integer array.
+            IndexError: a position is outside ``[0, n)``.
+        """
+        x = self._check(idx)
+        if not self._params or x.size == 0:
+            return x
+        return self._walk(x, self._encrypt)
+
+    def inverse(self, idx: Any) -> np.ndarray:
+        """The inverse map: ``p.inverse(p(x)) == x``; same arguments and errors as calling ``p``."""
+        x = self._check(idx)
+        if not self._params or x.size == 0:
+            return x
+        return self._walk(x, self._decrypt)
+
+    def index(self, i: int) -> int:
+        """The image of one position (pure Python; equal to ``int(p(np.array([i]))[0])``).
+
+        Raises:
+            TypeError: ``i`` is not an int.
+            IndexError: ``i`` is outside ``[0, n)``.
+        """
+        i = check_int(repr(self), "index", i)
+        n = self._n
+        if not 0 <= i < n:
+            raise IndexError(f"{self!r}: index {i} out of range [0, {n})")
+        params = self._params
+        x = i
+        while True:
+            for s, t, key in params:
+                right = x & ((1 << s) - 1)
+                h = ((right ^ key) * _C1) & _M64
+                h ^= h >> 32
+                h = (h * _C2) & _M64
+                x = (right << t) | ((x >> s) ^ (h >> (64 - t)))
+            if x < n:
+                return x
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def n(self) -> int:
+        """The size of the domain (``len`` fails for ``n == 2**63``, as for ``range``)."""
+        return self._n
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    def __repr__(self) -> str:
+        return f"FeistelPermutation(n={self._n}, seed={self._seed}, rounds={self._rounds})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FeistelPermutation):
+            return NotImplemented
+        return (self._n, self._seed, self._rounds) == (other._n, other._seed, other._rounds)
+
+    def __hash__(self) -> int:
+        return hash((FeistelPermutation, self._n, self._seed, self._rounds))
+
+    def __getstate__(self):
+        return {"n": self._n, "seed": self._seed, "rounds": self._rounds}
+
+    def __setstate__(self, state):
+        self._n, self._seed, self._rounds = state["n"], state["seed"], state["rounds"]
+        self._setup()

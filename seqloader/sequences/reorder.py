@@ -1,0 +1,247 @@
+"""Ops that reorder or combine items: :func:`gather`, :func:`shuffle`, :func:`concatenate`, :func:`repeat`.
+
+``gather``, ``shuffle`` and ``repeat`` only remap positions, so they are :class:`IndexMap` s with a
+vectorised ``_source_indices``; ``concatenate`` has several parents and wraps
+``seqtools.concatenate``.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import seqtools
+
+from seqloader.errors import check_nonnegative_int
+from seqloader.permutation import FeistelPermutation
+from seqloader.rng import check_seed
+from seqloader.sequences._util import check_sequence
+from seqloader.sequences.base import IndexMap, LazySequence
+
+__all__ = ["gather", "shuffle", "concatenate", "repeat"]
+
+
+def _as_indices(indices: Any, n: int) -> np.ndarray:
+    """Validate ``indices`` against a parent of length ``n``; return them normalised, as int64."""
+    if isinstance(indices, (str, bytes)) or not hasattr(indices, "__len__") and not isinstance(indices, np.ndarray):
+        raise TypeError(f"gather: indices must be a 1-D array-like of ints (got {type(indices).__name__})")
+    a = np.asarray(indices)
+    if a.ndim != 1:
+        raise ValueError(f"gather: indices must be 1-D (got shape {a.shape})")
+    if a.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if a.dtype.kind == "O":  # e.g. Python ints beyond int64: check one by one
+        for k, v in enumerate(a.tolist()):
+            if isinstance(v, bool) or not hasattr(v, "__index__"):
+                raise TypeError(f"gather: indices must be ints (indices[{k}] is {type(v).__name__} {v!r})")
+            v = operator.index(v)
+            if not -n <= v < n:
+                raise IndexError(f"gather: indices[{k}] = {v} out of range [-{n}, {n}) of the input")
+        a = np.array([operator.index(v) for v in a.tolist()], dtype=np.int64)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"gather: indices must be ints (got dtype {a.dtype})")
+    bad = np.flatnonzero((a < -n) | (a >= n)) if a.dtype.kind == "i" else np.flatnonzero(a >= n)
+    if bad.size:
+        k = int(bad[0])
+        raise IndexError(f"gather: indices[{k}] = {a[k]} out of range [-{n}, {n}) of the input")
+    a = a.astype(np.int64)
+    return np.where(a < 0, a + n, a)
+
+
+class _Gather(IndexMap):
+    def __init__(self, seq: Sequence, indices: Any):
+        n = check_sequence("gather", "seq", seq)
+        idx = _as_indices(indices, n)
+        if isinstance(seq, _Gather):  # gather of gather folds into one
+            seq, idx = seq._parent, seq._indices[idx]
+        idx.setflags(write=False)
+        self._parent = seq
+        self._indices = idx
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def _source_index(self, i: int) -> int:
+        return int(self._indices[i])
+
+    def _source_indices(self, idx: np.ndarray) -> np.ndarray:
+        return self._indices[idx]
+
+    def __repr__(self) -> str:
+        return f"gather(len={len(self._indices)})"
+
+
+def gather(seq: Sequence, indices: Any) -> LazySequence:
+    """The items of ``seq`` at ``indices``, in that order: item ``k`` is ``seq[indices[k]]``.
+
+    Indices are checked once, here; negative ones count from the end, as for lists. A gather of
+    a gather folds into one.
+
+    Args:
+        seq: the input sequence.
+        indices: a 1-D array-like of ints in ``[-len(seq), len(seq))``; repeats are allowed.
+
+    Returns:
+        A lazy sequence of ``len(indices)`` items.
+
+    Raises:
+        TypeError: ``seq`` is not a sequence or ``indices`` are not ints.
+        ValueError: ``indices`` is not 1-D.
+        IndexError: an index is out of range; the message names its position in ``indices``.
+
+    Example:
+        >>> g = gather(list("abcde"), [4, 0, -1])
+        >>> list(g), g[1]
+        (['e', 'a', 'e'], 'a')
+        >>> gather(range(3), [0, 3])
+        Traceback (most recent call last):
+        IndexError: gather: indices[1] = 3 out of range [-3, 3) of the input
+    """
+    return _Gather(seq, indices)
+
+
+class _Shuffle(IndexMap):
+    def __init__(self, seq: Sequence, seed: int):
+        n = check_sequence("shuffle", "seq", seq)
+        self._seed = check_seed("shuffle", seed)
+        self._parent = seq
+        self._perm = FeistelPermutation(n, self._seed)
+
+    def __len__(self) -> int:
+        return len(self._perm)
+
+    def _source_index(self, i: int) -> int:
+        return self._perm.index(i)
+
+    def _source_indices(self, idx: np.ndarray) -> np.ndarray:
+        return self._perm(idx).view(np.int64)
+
+    def __repr__(self) -> str:
+        return f"shuffle(len={len(self._perm)}, seed={self._seed})"
+
+
+def shuffle(seq: Sequence, seed: int) -> LazySequence:
+    """A pseudo-random permutation of ``seq`` determined by ``(len(seq), seed)``, in O(1) memory.
+
+    Item ``i`` is ``seq[p(i)]`` with ``p`` a keyed Feistel permutation
+    (:class:`seqloader.permutation.FeistelPermutation`); any item of any epoch is computed directly,
+    so ``shuffle(range(10**9), seed)[i]`` allocates nothing. The loader passes
+    ``derive_seed(user_seed, "shuffle", epoch)`` as ``seed``.
+
+    Args:
+        seq: the input sequence.
+        seed: an int in ``[0, 2**64)``.
+
+    Returns:
+        A lazy sequence of ``len(seq)`` items.
+
+    Raises:
+        TypeError: ``seq`` is not a sequence or ``seed`` is not an int.
+        ValueError: ``seed`` is outside ``[0, 2**64)``.
+
+    Example:
+        >>> s = shuffle(range(10), seed=0)
+        >>> sorted(s) == list(range(10))
+        True
+        >>> list(shuffle([], seed=0))
+        []
+        >>> shuffle(range(10), seed=0)[10]
+        Traceback (most recent call last):
+        IndexError: shuffle(len=10, seed=0): index 10 out of range [-10, 10)
+    """
+    return _Shuffle(seq, seed)
+
+
+class _Concatenate(LazySequence):
+    def __init__(self, seqs: Iterable[Sequence]):
+        if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__iter__"):
+            raise TypeError(f"concatenate: seqs must be an iterable of sequences (got {type(seqs).__name__})")
+        seqs = list(seqs)
+        for k, s in enumerate(seqs):
+            check_sequence("concatenate", f"seqs[{k}]", s)
+        self._seqs = tuple(seqs)
+        self._inner = seqtools.concatenate(list(seqs))
+        self._len = len(self._inner)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _item(self, i: int) -> Any:
+        return self._inner[i]
+
+    def __iter__(self):
+        for s in self._seqs:
+            yield from s
+
+    def __repr__(self) -> str:
+        return f"concatenate({len(self._seqs)} seqs, len={self._len})"
+
+
+def concatenate(seqs: Iterable[Sequence]) -> LazySequence:
+    """The items of each sequence in ``seqs``, one sequence after the other.
+
+    Args:
+        seqs: an iterable of sequences (possibly empty, possibly containing empty sequences).
+
+    Returns:
+        A lazy sequence of ``sum(len(s) for s in seqs)`` items.
+
+    Raises:
+        TypeError: ``seqs`` is not an iterable or one of its elements is not a sequence.
+
+    Example:
+        >>> c = concatenate([[0, 1], [], range(2, 5)])
+        >>> len(c), c[2], c[-1], list(c[::2])
+        (5, 2, 4, [0, 2, 4])
+        >>> len(concatenate([]))
+        0
+    """
+    return _Concatenate(seqs)
+
+
+class _Repeat(IndexMap):
+    def __init__(self, seq: Sequence, times: int):
+        n = check_sequence("repeat", "seq", seq)
+        self._times = check_nonnegative_int("repeat", "times", times)
+        self._parent = seq
+        self._n = n
+        self._len = n * self._times
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _source_index(self, i: int) -> int:
+        return i % self._n
+
+    def _source_indices(self, idx: np.ndarray) -> np.ndarray:
+        return np.asarray(idx, dtype=np.int64) % self._n
+
+    def __repr__(self) -> str:
+        return f"repeat(times={self._times}, len={self._len})"
+
+
+def repeat(seq: Sequence, times: int) -> LazySequence:
+    """``seq`` repeated ``times`` times, like ``list(seq) * times`` but lazy.
+
+    Args:
+        seq: the input sequence.
+        times: a non-negative int.
+
+    Returns:
+        A lazy sequence of ``len(seq) * times`` items; item ``i`` is ``seq[i % len(seq)]``.
+
+    Raises:
+        TypeError: ``seq`` is not a sequence or ``times`` is not an int.
+        ValueError: ``times`` is negative.
+
+    Example:
+        >>> list(repeat(["a", "b"], 3))
+        ['a', 'b', 'a', 'b', 'a', 'b']
+        >>> len(repeat([1, 2], 0))
+        0
+        >>> repeat([1, 2], -1)
+        Traceback (most recent call last):
+        ValueError: repeat: times must be a non-negative int (got -1)
+    """
+    return _Repeat(seq, times)
