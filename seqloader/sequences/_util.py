@@ -10,7 +10,8 @@ from seqloader.sequences.base import LazySequence
 
 def fname(f: Callable) -> str:
     """A short name for a user function, used in ``repr`` and error notes."""
-    return getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or type(f).__name__
+    name = getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or type(f).__name__
+    return name.rsplit("<locals>.", 1)[-1]
 
 
 def check_callable(op: str, arg: str, f: Any, allow_none: bool = False) -> None:
