@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Optional, Sequence
 
-import torch.distributed as dist
 import torch.utils.data
 
 from seqloader.errors import check_int, check_nonnegative_int, check_positive_int
+from seqloader.loader import sampling
 from seqloader.sequences.base import SliceView
 
 __all__ = ["SequenceIterableDataset", "as_iterable_dataset"]
@@ -34,14 +34,12 @@ _OP = "as_iterable_dataset"
 
 
 def _world(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
-    """``(rank, world_size)``: the arguments if given, else torch.distributed's, else ``(0, 1)``."""
+    """``(rank, world_size)``: the arguments if given, else the loader's ``current_world()``."""
     if (rank is None) != (world_size is None):
         raise ValueError(f"{_OP}: rank and world_size must be given together "
                          f"(got rank={rank!r}, world_size={world_size!r})")
     if rank is None:
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
+        return sampling.current_world()  # torch.distributed's (rank, world_size), else (0, 1)
     world_size = check_positive_int(_OP, "world_size", world_size)
     rank = check_nonnegative_int(_OP, "rank", rank)
     if rank >= world_size:
