@@ -1,0 +1,1 @@
+"""L3: ``seqloader.DataLoader``, its resume state and its epoch orders."""

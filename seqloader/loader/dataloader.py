@@ -1,0 +1,387 @@
+"""``seqloader.DataLoader``: torch's ``DataLoader`` with exact, O(1) mid-epoch resume.
+
+The loader holds ``(epoch, position)`` and, per epoch, composes lazy sequences instead of
+forking torch's iterator: the epoch's order (``loader/sampling.py``) -> fetch + collate
+(``loader/fetch.py``) -> ``Prefetch`` over worker processes (``num_workers > 0``) -> pin memory.
+Resuming is a seek: the order is rebuilt from ``(seed, epoch)`` and read from ``position``.
+``IterableDataset`` s run on torch's own machinery (``loader/iterable.py``).
+
+Epochs: the first ``iter(loader)`` reads epoch 0. The epoch counter advances when the last batch
+of an epoch is yielded (or when an iterator finds its epoch empty), and also when ``iter()`` is
+called again after an unfinished epoch (like torch, every ``iter()`` is a new epoch) unless
+``load_state_dict`` was called in between: then the next ``iter()`` resumes the loaded state.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import warnings
+import weakref
+from typing import Any, Optional
+
+import torch
+import torch.utils.data
+from torch.utils.data._utils.pin_memory import pin_memory as _pin
+
+from seqloader.loader import iterable as _iterable
+from seqloader.loader import sampling
+from seqloader.loader.fetch import EpochBatches
+from seqloader.loader.state import LoaderState, check_matches
+from seqloader.prefetch.seeding import preserved_globals
+from seqloader.rng import check_seed
+
+__all__ = ["DataLoader", "StatefulDataLoader"]
+
+
+def _stateful(obj: Any) -> bool:
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
+
+@dataclasses.dataclass(frozen=True)
+class _EpochIndices:
+    """A custom sampler's (or batch_sampler's) indices for one epoch, and its state before them."""
+
+    epoch: int
+    items: Any
+    sampler_state: Any
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """A drop-in ``torch.utils.data.DataLoader`` whose ``state_dict`` resumes exactly, by seeking.
+
+    Takes torch's arguments (validated by torch, stored as attributes of the same names) and
+    ``seed``. ``state_dict()`` is a small dict of JSON types; after ``load_state_dict(sd)`` the next
+    ``iter(loader)`` yields exactly the batches the uninterrupted run yielded after the save, and
+    the following epochs too, with any ``num_workers``. Every batch is produced right after the
+    global RNGs (``random``, ``numpy.random``, torch) are seeded from ``(seed, epoch, position)``,
+    so batches do not depend on ``num_workers`` or ``persistent_workers``; at ``num_workers=0`` the
+    caller's RNG states are left as they were.
+
+    Args:
+        dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory,
+        drop_last, timeout, worker_init_fn, multiprocessing_context, generator, prefetch_factor,
+        persistent_workers, pin_memory_device, in_order: as in torch. ``shuffle=True`` uses a
+        permutation derived from ``(seed, epoch)`` instead of a ``RandomSampler``. A custom
+        ``sampler``/``batch_sampler`` is iterated (indices only) at the start of each epoch; if it
+        has ``state_dict``/``load_state_dict`` its state from the start of the epoch is saved.
+        :class:`~seqloader.BijectiveShuffleSampler` is read in O(1) per batch. Batches are always
+        yielded in order (``in_order=False`` is accepted and changes nothing).
+        seed: an int in ``[0, 2**64)``; ``None`` draws one from ``generator`` (torch's default
+            generator if ``None``), so ``torch.manual_seed`` before construction reproduces runs.
+
+    Raises:
+        ValueError, TypeError: as torch for bad argument combinations; a bad ``seed``.
+
+    Example:
+        >>> loader = DataLoader(list(range(15)), batch_size=5, shuffle=True, seed=0)
+        >>> it = iter(loader); first = next(it); sd = loader.state_dict()
+        >>> rest = [b.tolist() for b in it]
+        >>> resumed = DataLoader(list(range(15)), batch_size=5, shuffle=True, seed=0)
+        >>> resumed.load_state_dict(sd)
+        >>> [b.tolist() for b in resumed] == rest, sd["position"]
+        (True, 5)
+        >>> resumed.load_state_dict({**sd, "dataset_len": 16})
+        Traceback (most recent call last):
+        ValueError: load_state_dict: 'dataset_len' is 16 in the state_dict but len(dataset) is 15; this state was saved for a different dataset
+    """
+
+    def __init__(self, dataset, batch_size: Optional[int] = 1, shuffle: Optional[bool] = None,
+                 sampler=None, batch_sampler=None, num_workers: int = 0, collate_fn=None,
+                 pin_memory: bool = False, drop_last: bool = False, timeout: float = 0,
+                 worker_init_fn=None, multiprocessing_context=None, generator=None, *,
+                 prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
+                 pin_memory_device: str = "", in_order: bool = True, seed: Optional[int] = None):
+        super().__init__(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
+                         collate_fn, pin_memory, drop_last, timeout, worker_init_fn,
+                         multiprocessing_context, generator, prefetch_factor=prefetch_factor,
+                         persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
+                         in_order=in_order)
+        self.shuffle = shuffle
+        self.seed = sampling.draw_seed(generator) if seed is None else check_seed("DataLoader", seed)
+        # The user's own sampler objects (torch builds defaults into .sampler / .batch_sampler).
+        self._user_sampler = sampler
+        self._user_batch_sampler = batch_sampler
+        self._epoch = 0
+        self._position = 0
+        self._started = False       # an iterator has begun the current (epoch, position)
+        self._resume = False        # load_state_dict was called: the next iter() resumes
+        self._indices: Optional[_EpochIndices] = None
+        self._iterable = _iterable.IterableProgress.fresh(self) if self._is_iterable else None
+        self._generation = 0        # bumped by iter() and load_state_dict: older iterators stop
+        self._workers = _Workers()  # the live Prefetch (kept across epochs if persistent)
+        weakref.finalize(self, self._workers.close)
+
+    # -- what is read --------------------------------------------------------------------------
+
+    @property
+    def _is_iterable(self) -> bool:
+        return isinstance(self.dataset, torch.utils.data.IterableDataset)
+
+    @property
+    def _builtin_order(self) -> bool:
+        return self._user_batch_sampler is None and (
+            self._user_sampler is None or isinstance(self._user_sampler, sampling.BijectiveShuffleSampler))
+
+    @property
+    def _stateful_sampler(self) -> Any:
+        obj = self._user_batch_sampler if self._user_batch_sampler is not None else self._user_sampler
+        return obj if _stateful(obj) else None
+
+    def _order(self, epoch: int) -> Any:
+        if isinstance(self._user_sampler, sampling.BijectiveShuffleSampler):
+            return self._user_sampler.order(epoch)
+        return sampling.builtin_order(len(self.dataset), self.seed, epoch, bool(self.shuffle))
+
+    def _plan(self, epoch: int, position: int) -> Any:
+        if self._builtin_order:
+            rank, world = sampling.current_world()
+            return sampling.OrderPlan(self._order(epoch), position, self.batch_size, self.drop_last,
+                                      rank, world)
+        if self._indices is None or self._indices.epoch != epoch:
+            stateful = self._stateful_sampler
+            before = copy.deepcopy(stateful.state_dict()) if stateful is not None else None
+            with sampling.sampler_globals(self.seed, epoch):
+                if self._user_batch_sampler is not None:
+                    items = sampling.materialise_batches(self._user_batch_sampler)
+                else:
+                    items = sampling.materialise_order(self._user_sampler)
+            self._indices = _EpochIndices(epoch, items, before)
+        if self._user_batch_sampler is not None:
+            return sampling.BatchListPlan(self._indices.items, position)
+        return sampling.OrderPlan(self._indices.items, position, self.batch_size, self.drop_last)
+
+    def __len__(self) -> int:
+        if self._is_iterable or not self._builtin_order:
+            return super().__len__()
+        rank, world = sampling.current_world()
+        return len(sampling.OrderPlan(sampling._Range(len(self.dataset)), 0, self.batch_size,
+                                      self.drop_last, rank, world))
+
+    # -- iteration -----------------------------------------------------------------------------
+
+    def _next_epoch(self) -> None:
+        self._epoch += 1
+        self._position = 0
+        self._started = False
+        if self._is_iterable:
+            self._iterable = _iterable.IterableProgress.fresh(self)
+
+    def _begin(self) -> int:
+        """Settle ``(epoch, position)`` for a new iterator and return its generation."""
+        if self._resume:
+            self._resume = False
+        elif self._started:
+            self._next_epoch()
+        self._started = True
+        self._generation += 1
+        self._workers.drop_transient()
+        return self._generation
+
+    def __iter__(self):
+        if self.timeout and self.num_workers == 0:
+            raise ValueError(f"DataLoader: timeout={self.timeout} needs num_workers > 0 (got "
+                             "num_workers=0); set timeout=0 or use worker processes")
+        pin_device = _pin_device(self)
+        generation = self._begin()
+        if self._is_iterable:
+            return _iterable.IterableIterator(self, generation, pin_device)
+        seq = EpochBatches(self.dataset, self._plan(self._epoch, self._position), self.collate_fn,
+                           self.seed, self._epoch)
+        source = seq
+        if self.num_workers > 0 and len(seq) > 0:
+            source = self._workers.open(self, seq)
+        return _MapIterator(self, generation, seq, source, pin_device)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _state(self, dataset_state: Any, sampler_state: Any) -> LoaderState:
+        rank, world = sampling.current_world()
+        return LoaderState(
+            seed=self.seed, epoch=self._epoch, position=self._position,
+            dataset_len=_len_or_none(self.dataset), batch_size=self.batch_size,
+            drop_last=self.drop_last, shuffle=bool(self.shuffle) and not self._is_iterable,
+            sampler=sampler_state, dataset=dataset_state, iterable=self._iterable_state(),
+            saved_with={"num_workers": self.num_workers, "world_size": world})
+
+    def _iterable_state(self):
+        return None if self._iterable is None else self._iterable.to_state()
+
+    def state_dict(self) -> dict:
+        """The resume state: valid before ``iter``, mid-epoch and at the end of an epoch.
+
+        Returns:
+            A dict of JSON types (plus the verbatim ``state_dict()`` of a Stateful sampler or
+            dataset); see ``docs/design.md`` for its keys and versions.
+
+        Example:
+            >>> sd = DataLoader(range(10), batch_size=4, seed=1).state_dict()
+            >>> sd["epoch"], sd["position"], sd["dataset_len"], sd["sampler"]
+            (0, 0, 10, None)
+        """
+        sampler = self._stateful_sampler
+        if sampler is None:
+            sampler_state = None
+        elif self._indices is not None and self._indices.epoch == self._epoch and self._started:
+            sampler_state = self._indices.sampler_state
+        else:
+            sampler_state = sampler.state_dict()
+        dataset_state = None
+        if not self._is_iterable and _stateful(self.dataset):
+            dataset_state = self.dataset.state_dict()
+        return self._state(dataset_state, sampler_state).to_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Make the next ``iter(loader)`` resume from ``state_dict`` (see :meth:`state_dict`).
+
+        Everything is validated before anything changes; then a Stateful sampler and dataset get
+        their sub-states, live iterators of this loader stop, and persistent workers restart.
+
+        Args:
+            state_dict: a dict from :meth:`state_dict` (possibly through JSON).
+
+        Raises:
+            TypeError: ``state_dict`` is not a dict.
+            ValueError: unknown format or newer version, a malformed value, or a state saved for
+                a different dataset, batch size, ``drop_last``, ``shuffle``, sampler kind or (for
+                an ``IterableDataset``) a different ``num_workers``; the message names the key,
+                the saved and the current value.
+
+        Example:
+            >>> loader = DataLoader(range(6), batch_size=2, seed=0)
+            >>> sd = loader.state_dict(); loader.load_state_dict(sd)
+            >>> loader.load_state_dict({**sd, "batch_size": 3})
+            Traceback (most recent call last):
+            ValueError: load_state_dict: 'batch_size' is 3 in the state_dict but this loader has batch_size=2; build the loader with the arguments it was saved with
+        """
+        saved = LoaderState.from_dict(state_dict)
+        current = self._state(
+            dataset_state=(self.dataset.state_dict()
+                           if not self._is_iterable and _stateful(self.dataset) else None),
+            sampler_state=self._stateful_sampler.state_dict() if self._stateful_sampler else None)
+        check_matches(saved, current)
+        if self._is_iterable:
+            progress = _iterable.IterableProgress.from_state(self, saved.iterable)
+        # validated: mutate
+        self._generation += 1
+        self._workers.close()
+        if saved.sampler is not None:
+            self._stateful_sampler.load_state_dict(copy.deepcopy(saved.sampler))
+        if saved.dataset is not None:
+            self.dataset.load_state_dict(copy.deepcopy(saved.dataset))
+        self.seed, self._epoch, self._position = saved.seed, saved.epoch, saved.position
+        self._indices = None
+        self._started = False
+        self._resume = True
+        if self._is_iterable:
+            self._iterable = progress
+
+
+#: torchdata's name for the same thing.
+StatefulDataLoader = DataLoader
+
+
+def _len_or_none(dataset: Any) -> Optional[int]:
+    try:
+        return len(dataset)
+    except TypeError:
+        return None
+
+
+def _pin_device(loader: DataLoader) -> Optional[str]:
+    """The device to pin batches for, or ``None``; warns like torch's iterator does."""
+    if not loader.pin_memory:
+        return None
+    if loader.pin_memory_device:
+        warnings.warn("pin_memory_device is deprecated, the current accelerator will be used as the "
+                      f"device,ignore pin_memory_device='{loader.pin_memory_device}'.", stacklevel=3)
+    if not torch.accelerator.is_available():
+        warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then device "
+                      "pinned memory won't be used.", stacklevel=3)
+        return None
+    acc = torch.accelerator.current_accelerator()
+    if acc is None or acc.type == "mps":
+        return None
+    return acc.type
+
+
+class _Workers:
+    """The loader's ``Prefetch`` over worker processes: opened per epoch or kept (persistent)."""
+
+    def __init__(self):
+        self.prefetch = None
+        self.persistent = False
+
+    def open(self, loader: DataLoader, seq: EpochBatches):
+        from seqloader.prefetch.prefetch import prefetch
+
+        if self.prefetch is not None and loader.persistent_workers:
+            self.prefetch.reset(seq, seed=loader.seed, epoch=seq._epoch)
+            return self.prefetch
+        self.close()
+        self.prefetch = prefetch(
+            seq, loader.num_workers, prefetch_factor=loader.prefetch_factor,
+            multiprocessing_context=loader.multiprocessing_context,
+            worker_init_fn=loader.worker_init_fn, timeout=loader.timeout, seed=loader.seed,
+            epoch=seq._epoch, dataset=loader.dataset)
+        self.persistent = loader.persistent_workers
+        return self.prefetch
+
+    def drop_transient(self) -> None:
+        """Close non-persistent workers (a new iterator starts its own)."""
+        if not self.persistent:
+            self.close()
+
+    def close(self) -> None:
+        if self.prefetch is not None:
+            pf, self.prefetch = self.prefetch, None
+            pf.close()
+
+
+class _MapIterator:
+    """Reads one epoch's batch sequence in order and advances the loader's position."""
+
+    def __init__(self, loader: DataLoader, generation: int, seq: EpochBatches, source: Any,
+                 pin_device: Optional[str]):
+        self._loader = loader
+        self._generation = generation
+        self._seq = seq
+        self._source = source
+        self._pin_device = pin_device
+        self._next = 0
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __len__(self) -> int:
+        return len(self._seq)
+
+    def __next__(self):
+        loader = self._loader
+        if self._done:
+            raise StopIteration
+        if loader._generation != self._generation:
+            self._done = True
+            raise RuntimeError("DataLoader: this iterator was superseded by a later iter(loader) or "
+                               "load_state_dict(); iterate the loader again")
+        b, n = self._next, len(self._seq)
+        if b >= n:  # an empty epoch
+            self._done = True
+            loader._next_epoch()
+            raise StopIteration
+        if self._source is self._seq:
+            with preserved_globals():
+                batch = self._seq[b]
+        else:
+            batch = self._source[b]
+        self._next = b + 1
+        if b + 1 == n:
+            self._done = True
+            loader._next_epoch()
+            loader._workers.drop_transient()
+        else:
+            loader._position = self._seq.end_position(b)
+        if self._pin_device is not None:
+            batch = _pin(batch, self._pin_device)
+        return batch

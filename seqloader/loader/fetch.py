@@ -1,0 +1,62 @@
+"""The batches of one epoch as a lazy sequence: seed the global RNGs, fetch, collate.
+
+``EpochBatches[b]`` is batch ``b`` of an epoch plan (``seqloader.loader.sampling``). It is a pure
+function of ``(dataset, plan, seed, epoch, b)``: right before the dataset is read, ``random``,
+``numpy.random`` and torch's generator are seeded from ``(seed, epoch, key)`` where ``key`` is the
+global position of the batch's first sample. Whichever process computes it (the main process
+at ``num_workers=0``, any worker otherwise) and whether the run was resumed or not, the batch is
+the same. Fetching follows torch's ``_MapDatasetFetcher``: ``dataset.__getitems__(indices)``
+when the dataset has it, else ``[dataset[i] for i in indices]``, then ``collate_fn``; with
+``batch_size=None`` one sample ``dataset[i]`` goes through ``collate_fn`` (``default_convert``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from torch.utils.data._utils.fetch import _MapDatasetFetcher
+
+from seqloader.errors import annotate
+from seqloader.prefetch.seeding import seed_globals
+from seqloader.sequences.base import LazySequence
+
+__all__ = ["EpochBatches"]
+
+
+class EpochBatches(LazySequence):
+    """Batch ``b`` of ``plan`` read from ``dataset`` (see the module docstring).
+
+    Example:
+        >>> from seqloader.loader.sampling import OrderPlan, _Range
+        >>> from torch.utils.data import default_collate
+        >>> seq = EpochBatches(list(range(10, 20)), OrderPlan(_Range(10), 0, 4, False),
+        ...                    default_collate, seed=0, epoch=0)
+        >>> len(seq), seq[0].tolist(), seq[-1].tolist()
+        (3, [10, 11, 12, 13], [18, 19])
+    """
+
+    def __init__(self, dataset: Any, plan: Any, collate_fn: Callable, seed: int, epoch: int):
+        self._dataset = dataset
+        self._plan = plan
+        self._collate_fn = collate_fn
+        self._seed = seed
+        self._epoch = epoch
+        self._auto_collation = not getattr(plan, "single", False)
+
+    def __len__(self) -> int:
+        return len(self._plan)
+
+    def _item(self, b: int) -> Any:
+        key, indices = self._plan.batch(b)
+        seed_globals(self._seed, self._epoch, key)
+        fetcher = _MapDatasetFetcher(self._dataset, self._auto_collation, self._collate_fn, False)
+        with annotate("DataLoader", key, batch=b, epoch=self._epoch):
+            return fetcher.fetch(indices)
+
+    def end_position(self, b: int) -> int:
+        """The epoch's global sample position once batch ``b`` has been yielded."""
+        return self._plan.end_position(b)
+
+    def __repr__(self) -> str:
+        return (f"epoch_batches(dataset={type(self._dataset).__name__}, epoch={self._epoch}, "
+                f"len={len(self)})")

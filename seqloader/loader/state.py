@@ -1,0 +1,211 @@
+"""The loader's resume state: the one module that builds, reads, validates and migrates it.
+
+A state is a small dict of JSON types (see ``docs/design.md``, "Loader state: format and versions")::
+
+    {"format": "seqloader.DataLoader", "version": 1, "seed": 1234, "epoch": 2,
+     "position": 40960, "dataset_len": 50000, "batch_size": 64, "drop_last": False,
+     "shuffle": True, "sampler": None, "dataset": None, "iterable": None,
+     "saved_with": {"num_workers": 4, "world_size": 8}}
+
+``position`` counts samples of the epoch's *global* order already yielded (all ranks together).
+``sampler`` and ``dataset`` are the verbatim ``state_dict()`` of a user sampler or dataset that has
+one (torchdata's ``Stateful`` protocol), else ``None``: the dict is JSON-serialisable exactly when
+those sub-states are. ``iterable`` is ``None`` for map-style datasets; for an ``IterableDataset`` it
+holds one entry per worker stream (see :class:`IterableState`). ``saved_with`` is informational and
+ignored when loading.
+
+:meth:`LoaderState.from_dict` validates everything (types, format, version) and upgrades old
+versions one step at a time through :data:`_MIGRATIONS`; :func:`check_matches` compares a loaded
+state with the loader it is loaded into. Neither mutates anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+__all__ = ["FORMAT", "VERSION", "KEYS", "LoaderState", "check_matches"]
+
+#: The value of the ``"format"`` key.
+FORMAT = "seqloader.DataLoader"
+#: The current version; bumped whenever the meaning of a key changes.
+VERSION = 1
+#: The keys of a version-:data:`VERSION` state, in order.
+KEYS = ("format", "version", "seed", "epoch", "position", "dataset_len", "batch_size", "drop_last",
+        "shuffle", "sampler", "dataset", "iterable", "saved_with")
+
+_STAGE = "load_state_dict"
+
+#: ``_MIGRATIONS[v]`` turns a version-``v`` dict into a version-``v + 1`` dict (a new dict).
+_MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check(cond: bool, key: str, value: Any, expected: str) -> None:
+    if not cond:
+        raise ValueError(f"{_STAGE}: {key!r} must be {expected} (got {value!r})")
+
+
+@dataclasses.dataclass(frozen=True)
+class IterableState:
+    """Where each worker stream of an ``IterableDataset`` stands.
+
+    Attributes:
+        workers: one dict per worker stream (one stream at ``num_workers=0``), each
+            ``{"batches": int, "state": <dataset state_dict or None>, "exhausted": bool}``.
+        next_worker: the stream that yields the next batch (torch takes batches round-robin).
+    """
+
+    workers: tuple
+    next_worker: int
+
+    def to_dict(self) -> dict:
+        return {"workers": [dict(w) for w in self.workers], "next_worker": self.next_worker}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "IterableState":
+        _check(isinstance(d, dict) and set(d) == {"workers", "next_worker"}, "iterable", d,
+               "None or a dict with keys 'workers' and 'next_worker'")
+        workers = d["workers"]
+        _check(isinstance(workers, list) and len(workers) > 0, "iterable.workers", workers,
+               "a non-empty list")
+        for w in workers:
+            _check(isinstance(w, dict) and set(w) == {"batches", "state", "exhausted"},
+                   "iterable.workers[]", w, "a dict with keys 'batches', 'state', 'exhausted'")
+            _check(_is_int(w["batches"]) and w["batches"] >= 0, "iterable.workers[].batches",
+                   w["batches"], "a non-negative int")
+            _check(isinstance(w["exhausted"], bool), "iterable.workers[].exhausted", w["exhausted"],
+                   "a bool")
+        nxt = d["next_worker"]
+        _check(_is_int(nxt) and 0 <= nxt < len(workers), "iterable.next_worker", nxt,
+               f"an int in [0, {len(workers)})")
+        return cls(tuple(dict(w) for w in workers), nxt)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderState:
+    """A validated, immutable loader state; :meth:`to_dict` gives the public dict.
+
+    Example:
+        >>> s = LoaderState(seed=7, epoch=0, position=0, dataset_len=10, batch_size=2,
+        ...                 drop_last=False, shuffle=True)
+        >>> d = s.to_dict()
+        >>> LoaderState.from_dict(d) == s
+        True
+        >>> LoaderState.from_dict({**d, "version": 99})
+        Traceback (most recent call last):
+        ValueError: load_state_dict: this state_dict has version 99, newer than this seqloader's version 1; upgrade seqloader to load it
+    """
+
+    seed: int
+    epoch: int
+    position: int
+    dataset_len: Optional[int]
+    batch_size: Optional[int]
+    drop_last: bool
+    shuffle: bool
+    sampler: Any = None
+    dataset: Any = None
+    iterable: Optional[IterableState] = None
+    saved_with: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """The public state dict (JSON types, plus whatever the verbatim sub-states hold)."""
+        return {
+            "format": FORMAT, "version": VERSION, "seed": self.seed, "epoch": self.epoch,
+            "position": self.position, "dataset_len": self.dataset_len,
+            "batch_size": self.batch_size, "drop_last": self.drop_last, "shuffle": self.shuffle,
+            "sampler": self.sampler, "dataset": self.dataset,
+            "iterable": None if self.iterable is None else self.iterable.to_dict(),
+            "saved_with": dict(self.saved_with),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "LoaderState":
+        """Validate ``d`` (any supported version) and return the state; mutates nothing.
+
+        Raises:
+            TypeError: ``d`` is not a dict.
+            ValueError: unknown format, newer version, missing/unknown keys or a bad value
+                (the message names the key and the value).
+        """
+        if not isinstance(d, dict):
+            raise TypeError(f"{_STAGE}: expected a dict (got {type(d).__name__})")
+        if d.get("format") != FORMAT:
+            raise ValueError(f"{_STAGE}: unknown format {d.get('format')!r} (expected {FORMAT!r}); "
+                             "this is not a seqloader.DataLoader state_dict")
+        version = d.get("version")
+        _check(_is_int(version) and version >= 1, "version", version, "a positive int")
+        if version > VERSION:
+            raise ValueError(f"{_STAGE}: this state_dict has version {version}, newer than this "
+                             f"seqloader's version {VERSION}; upgrade seqloader to load it")
+        while version < VERSION:
+            d = _MIGRATIONS[version](d)
+            version = d["version"]
+        missing = [k for k in KEYS if k not in d]
+        unknown = sorted(k for k in d if k not in KEYS)
+        if missing or unknown:
+            raise ValueError(f"{_STAGE}: malformed state_dict (missing keys {missing}, unknown keys "
+                             f"{unknown})")
+        _check(_is_int(d["seed"]) and 0 <= d["seed"] < 2**64, "seed", d["seed"], "an int in [0, 2**64)")
+        for key in ("epoch", "position"):
+            _check(_is_int(d[key]) and d[key] >= 0, key, d[key], "a non-negative int")
+        _check(d["dataset_len"] is None or _is_int(d["dataset_len"]) and d["dataset_len"] >= 0,
+               "dataset_len", d["dataset_len"], "None or a non-negative int")
+        _check(d["batch_size"] is None or _is_int(d["batch_size"]) and d["batch_size"] > 0,
+               "batch_size", d["batch_size"], "None or a positive int")
+        for key in ("drop_last", "shuffle"):
+            _check(isinstance(d[key], bool), key, d[key], "a bool")
+        _check(isinstance(d["saved_with"], dict), "saved_with", d["saved_with"], "a dict")
+        iterable = None if d["iterable"] is None else IterableState.from_dict(d["iterable"])
+        return cls(seed=d["seed"], epoch=d["epoch"], position=d["position"],
+                   dataset_len=d["dataset_len"], batch_size=d["batch_size"],
+                   drop_last=d["drop_last"], shuffle=d["shuffle"], sampler=d["sampler"],
+                   dataset=d["dataset"], iterable=iterable, saved_with=dict(d["saved_with"]))
+
+
+def check_matches(saved: LoaderState, current: LoaderState) -> None:
+    """Raise ``ValueError`` if ``saved`` cannot resume the loader whose fresh state is ``current``.
+
+    Compared: ``dataset_len``, ``batch_size``, ``drop_last``, ``shuffle``, whether the dataset is
+    iterable, and whether the sampler and dataset have sub-states. ``seed``, ``epoch`` and
+    ``position`` are taken from ``saved``; ``saved_with`` is ignored.
+
+    Example:
+        >>> a = LoaderState(seed=1, epoch=0, position=0, dataset_len=10, batch_size=2,
+        ...                 drop_last=False, shuffle=False)
+        >>> check_matches(a, a)
+        >>> check_matches(a, dataclasses.replace(a, dataset_len=9))
+        Traceback (most recent call last):
+        ValueError: load_state_dict: 'dataset_len' is 10 in the state_dict but len(dataset) is 9; this state was saved for a different dataset
+    """
+    if saved.dataset_len != current.dataset_len:
+        raise ValueError(f"{_STAGE}: 'dataset_len' is {saved.dataset_len} in the state_dict but "
+                         f"len(dataset) is {current.dataset_len}; this state was saved for a "
+                         "different dataset")
+    for key, what in (("batch_size", "batch_size"), ("drop_last", "drop_last"),
+                      ("shuffle", "shuffle")):
+        a, b = getattr(saved, key), getattr(current, key)
+        if a != b:
+            raise ValueError(f"{_STAGE}: {key!r} is {a!r} in the state_dict but this loader has "
+                             f"{what}={b!r}; build the loader with the arguments it was saved with")
+    if (saved.iterable is None) != (current.iterable is None):
+        kind = lambda s: "an IterableDataset" if s.iterable is not None else "a map-style dataset"  # noqa: E731
+        raise ValueError(f"{_STAGE}: 'iterable' says the state_dict was saved for {kind(saved)} but "
+                         f"this loader reads {kind(current)}")
+    for key, owner in (("sampler", "sampler"), ("dataset", "dataset")):
+        a, b = getattr(saved, key) is None, getattr(current, key) is None
+        if a != b:
+            has = lambda none: "no state" if none else "a state"  # noqa: E731
+            raise ValueError(f"{_STAGE}: {key!r} holds {has(a)} in the state_dict but this loader's "
+                             f"{owner} has {has(b)} (state_dict/load_state_dict); use the same "
+                             f"{owner} class as when saving")
+    if saved.iterable is not None and len(saved.iterable.workers) != len(current.iterable.workers):
+        sw, cw = len(saved.iterable.workers), len(current.iterable.workers)
+        raise ValueError(f"{_STAGE}: 'iterable' holds {sw} worker stream(s) but this loader has "
+                         f"{cw} (num_workers={saved.saved_with.get('num_workers', '?')} when saved, "
+                         f"num_workers={current.saved_with.get('num_workers', '?')} now); an "
+                         "IterableDataset resumes only with the same num_workers")
