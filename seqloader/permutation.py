@@ -148,14 +148,14 @@ class FeistelPermutation:
         x = self._check(idx)
         if not self._params or x.size == 0:
             return x
-        return self._walk(x, self._encrypt)
+        return self._walk(x.reshape(-1), self._encrypt).reshape(x.shape)
 
     def inverse(self, idx: Any) -> np.ndarray:
         """The inverse map: ``p.inverse(p(x)) == x``; same arguments and errors as calling ``p``."""
         x = self._check(idx)
         if not self._params or x.size == 0:
             return x
-        return self._walk(x, self._decrypt)
+        return self._walk(x.reshape(-1), self._decrypt).reshape(x.shape)
 
     def index(self, i: int) -> int:
         """The image of one position (pure Python; equal to ``int(p(np.array([i]))[0])``).

@@ -81,13 +81,35 @@ def derive_seed(seed: int, purpose: str, *position: int) -> int:
     if purpose not in PURPOSES:
         raise ValueError(f"derive_seed: unknown purpose {purpose!r} (expected one of {', '.join(sorted(PURPOSES))})")
     seed = check_seed("derive_seed", seed)
-    pos = [check_nonnegative_int("derive_seed", "position", p) for p in position]
-    state = np.random.SeedSequence([seed, PURPOSES[purpose], *pos]).generate_state(2, dtype=np.uint32)
+    pos = [_check_position("derive_seed", "position", p) for p in position]
+    state = np.random.SeedSequence(_entropy(seed, purpose, pos)).generate_state(2, dtype=np.uint32)
     return int(state[0]) | (int(state[1]) << 32)
 
 
+def _check_position(op: str, arg: str, value: Any) -> int:
+    value = check_nonnegative_int(op, arg, value)
+    if value >= SEED_BOUND:
+        raise ValueError(f"{op}: {arg} must be < 2**64 (got {value})")
+    return value
+
+
+def _entropy(seed: int, purpose: str, position: list) -> list:
+    """An injective encoding of ``(seed, purpose, position)`` as 32-bit words for ``SeedSequence``.
+
+    Every int takes exactly two words and the number of positions is written out: a plain
+    ``SeedSequence([seed, *position])`` splits ints into a variable number of words and pads
+    with zeros, so that e.g. ``[2**32, 0]`` and ``[0, 1]`` (seeds ``2**32`` and ``0``) collide.
+    """
+    words = [seed & 0xFFFFFFFF, seed >> 32, PURPOSES[purpose], len(position)]
+    for p in position:
+        words += [p & 0xFFFFFFFF, p >> 32]
+    return words
+
+
 def item_rng(seed: int, index: int) -> np.random.Generator:
-    """The generator of item ``index`` for ``seed``: ``default_rng(SeedSequence([seed, index]))``.
+    """The generator of item ``index`` for ``seed``: a ``SeedSequence`` of ``(seed, "rng_map", index)``.
+
+    Distinct ``(seed, index)`` pairs get distinct ``SeedSequence`` entropy (see ``_entropy``).
 
     Args:
         seed: an int in ``[0, 2**64)``.
@@ -104,5 +126,5 @@ def item_rng(seed: int, index: int) -> np.random.Generator:
         ValueError: item_rng: index must be a non-negative int (got -1)
     """
     seed = check_seed("item_rng", seed)
-    index = check_nonnegative_int("item_rng", "index", index)
-    return np.random.default_rng(np.random.SeedSequence([seed, index]))
+    index = _check_position("item_rng", "index", index)
+    return np.random.default_rng(np.random.SeedSequence(_entropy(seed, "rng_map", [index])))

