@@ -1,0 +1,148 @@
+"""The messages exchanged between a :class:`~seqloader.prefetch.prefetch.Prefetch` and its workers.
+
+Every message is a small frozen dataclass, so a message can never be confused with data (no
+``-1`` or ``None`` sentinels). Bulk data never travels through the pipes: results and the
+exceptions of failed items are written into a shared-memory slot, and the pipe only carries a
+:class:`Payload` describing where they are. The parent sends :class:`Job`, :class:`Retarget`,
+:class:`Forget` and :class:`Stop` to a worker on that worker's own job pipe; the worker answers
+every :class:`Job` with exactly one :class:`Result`, :class:`Failure` or :class:`Cancelled` on
+its own result pipe, in the order the jobs were sent, and reports a broken set-up (a failing
+``worker_init_fn`` or an unpicklable sequence) with :class:`WorkerFailed` before it exits.
+
+``gen`` (generation) numbers order the parent's requests: the parent increments it on every seek
+and every :meth:`~seqloader.prefetch.prefetch.Prefetch.reset`; a worker cancels any queued job
+whose ``gen`` is older than the newest one it has seen, and the parent drops replies of old
+generations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Cancelled",
+    "Failure",
+    "Forget",
+    "Job",
+    "Payload",
+    "Result",
+    "Retarget",
+    "Stop",
+    "WorkerConfig",
+    "WorkerFailed",
+]
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What a worker needs to start; passed as a ``Process`` argument, not through a pipe.
+
+    ``seq`` and ``dataset`` are passed beside it (objects, not bytes): under ``fork`` they are
+    inherited without pickling, under ``spawn``/``forkserver`` they are pickled once together.
+    """
+
+    worker_id: int
+    num_workers: int
+    base_seed: int
+    parent_pid: int
+    worker_init_fn: Any
+    gen: int
+    seed: int | None
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Job:
+    """Compute item ``index`` of the current sequence into slot ``slot_id``.
+
+    ``slot_name`` is the segment's name; the worker opens it the first time it sees ``slot_id``
+    and keeps it mapped until :class:`Forget`.
+    """
+
+    gen: int
+    index: int
+    slot_id: int
+    slot_name: str
+
+
+@dataclass(frozen=True)
+class Retarget:
+    """Switch to a new sequence, seed and epoch from generation ``gen`` on.
+
+    ``blob`` is the sequence pickled with persistent ids: the objects the workers received at
+    start (the ``dataset``) are referred to by id, not re-sent.
+    """
+
+    gen: int
+    blob: bytes
+    seed: int | None
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Forget:
+    """Unmap and close these slots; the parent has destroyed them."""
+
+    slot_ids: tuple
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Exit the worker loop now."""
+
+
+@dataclass(frozen=True)
+class Payload:
+    """Where a pickled object lies in a slot: pickle bytes at 0, out-of-band buffers after.
+
+    ``size`` is the slot's size after the write (a worker grows a slot that is too small).
+    ``buffers`` holds one ``(offset, nbytes)`` pair per out-of-band buffer (arrays, tensors).
+    """
+
+    slot_id: int
+    size: int
+    data_len: int
+    buffers: tuple
+
+
+@dataclass(frozen=True)
+class Result:
+    """Item ``index`` of generation ``gen`` was computed; its value is in ``payload``."""
+
+    gen: int
+    index: int
+    payload: Payload
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Computing item ``index`` raised; ``payload`` holds the pickled error report.
+
+    The report is a dict ``{"exc": exception or None, "type": class or None, "message": str,
+    "traceback": str}``; ``exc`` is None when the exception itself could not be pickled.
+    """
+
+    gen: int
+    index: int
+    payload: Payload
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """The job for ``index`` was skipped because a newer generation was already queued."""
+
+    gen: int
+    index: int
+    slot_id: int
+
+
+@dataclass(frozen=True)
+class WorkerFailed:
+    """The worker could not set up (``stage``: ``"worker_init_fn"`` or ``"reset"``) and exits.
+
+    ``report`` is a pickled error report as in :class:`Failure`.
+    """
+
+    stage: str
+    report: bytes

@@ -1,0 +1,452 @@
+"""``prefetch``: an ordered, seekable sequence whose items are computed ahead by worker processes.
+
+A :class:`Prefetch` is a :class:`~seqloader.sequences.base.LazySequence`: ``p[i]`` is ``seq[i]``,
+computed by one of ``num_workers`` long-lived processes. Reading item ``i`` keeps the items
+``i+1 .. i+num_workers*prefetch_factor`` in flight; reading any other item than the next one
+*re-targets* the workers there (the items in between are never computed, stale results are
+dropped). :meth:`Prefetch.reset` points the same workers at a new sequence, seed or epoch with
+one small message. Results travel through shared memory (:mod:`seqloader.prefetch.shm`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import time
+import weakref
+from typing import Any, Callable, Sequence
+
+import torch
+
+from seqloader.errors import add_note, check_int, check_nonnegative_int, check_positive_int
+from seqloader.prefetch.messages import Cancelled, Forget, Job, Result, Retarget, WorkerConfig, WorkerFailed
+from seqloader.prefetch.shm import SlotPool, read_and_release
+from seqloader.prefetch.worker import WorkerHandle, dumps_seq
+from seqloader.rng import check_seed, derive_seed
+from seqloader.sequences.base import LazySequence
+
+__all__ = ["Prefetch", "prefetch"]
+
+#: Longest single wait (seconds) before the reader re-checks that every worker is alive.
+STATUS_CHECK_INTERVAL = 5.0
+#: How long :meth:`Prefetch.close` lets workers exit on their own before SIGTERM.
+JOIN_TIMEOUT = 2.0
+
+# NOTE [ seqloader prefetch: ownership and the shutdown protocol ]
+#
+# Who owns what.
+#   * The reader (the process holding the Prefetch) owns the worker processes, both ends of
+#     every pipe it kept, and every shared-memory slot (SlotPool). Workers own nothing but
+#     their mappings. Each slot belongs to one worker; its *name* is unlinked as soon as that
+#     worker has replied once for it, so after warm-up /dev/shm holds no name at all and no
+#     crash of any process can leave a file behind.
+#   * A value returned to the caller that contains arrays/tensors holds a *lease* on its slot;
+#     the slot is reused only after every view of that value is garbage. A returned batch is
+#     never overwritten.
+#
+# Messages (messages.py). Parent -> worker on the worker's own job pipe: Job, Retarget, Forget,
+# Stop. Worker -> parent on its result pipe: exactly one Result/Failure/Cancelled per Job, in
+# order, or WorkerFailed before exiting. Pipe messages are small (bulk data is in the slots),
+# so a worker never blocks on a full result pipe while the parent blocks sending it a Retarget.
+#
+# Every blocking wait is bounded and checks liveness.
+#   * Reader: multiprocessing.connection.wait() on all result pipes *and* all process
+#     sentinels, so a worker's death (SIGKILL, os._exit, segfault) wakes it at once; it drains
+#     that worker's pipe, then raises RuntimeError naming worker, pid and signal, after closing
+#     everything (below). With timeout > 0, waiting longer than that for one item raises
+#     RuntimeError("... timed out after N seconds ...") and leaves the Prefetch usable.
+#   * Worker: polls its job pipe every PARENT_CHECK_INTERVAL (0.25 s) and exits on its own when
+#     its parent pid changes or the reader's pid is gone (reader SIGKILLed), or on EOF/EPIPE;
+#     on that path it also unlinks any slot name it was given that might still exist.
+#   * Workers ignore SIGINT: Ctrl-C raises KeyboardInterrupt in the reader only, and the
+#     reader's close()/finalizer stops the workers.
+#
+# close() -- idempotent; also run by weakref.finalize when the Prefetch is garbage collected
+# and at interpreter exit (after an error, `break`, `del`, KeyboardInterrupt):
+#   1. mark closed (a later read raises ValueError);
+#   2. send Stop to every worker: a worker that sees Stop among its queued messages exits
+#      without computing the jobs queued before it;
+#   3. join all workers against one JOIN_TIMEOUT deadline (a worker busy in a long item cannot
+#      see Stop), then SIGTERM, then SIGKILL; close the pipes;
+#   4. destroy every slot: unlink any remaining name, close descriptors and mappings (a mapping
+#      still exported by a leased value is unmapped when that value dies).
+# Exhausting the sequence does *not* stop the workers: they are long-lived (seeks, reset()) and
+# idle cheaply in poll(); the Prefetch owns them until close(), `with`, del or gc.
+
+
+class _Crew:
+    """The workers, their slots and their pending jobs: everything :meth:`close` releases."""
+
+    def __init__(self, ctx, num_workers: int, prefetch_factor: int, worker_init_fn, dataset: Any,
+                 base_seed: int | None, seed: int | None):
+        self.ctx, self.num_workers, self.prefetch_factor = ctx, num_workers, prefetch_factor
+        self.worker_init_fn, self.dataset = worker_init_fn, dataset
+        self.base_seed, self.seed = base_seed, seed
+        self.handles: list[WorkerHandle] = []
+        self.pool = SlotPool(num_workers, keep=prefetch_factor + 1)
+        self.closed = False
+        self._rr = 0
+
+    def start(self, seq, gen: int, seed, epoch: int) -> None:
+        base = self.base_seed
+        if base is None:
+            if self.seed is None:  # like torch: drawn from the global generator when workers start
+                base = int(torch.empty((), dtype=torch.int64).random_().item())
+            else:
+                base = derive_seed(self.seed, "worker", 0) >> 2
+        try:
+            for w in range(self.num_workers):
+                config = WorkerConfig(w, self.num_workers, base, os.getpid(), self.worker_init_fn, gen, seed, epoch)
+                self.handles.append(WorkerHandle(self.ctx, config, self.dataset, seq))
+        except BaseException:
+            self.close()
+            raise
+
+    def free_worker(self) -> WorkerHandle | None:
+        """The worker with the fewest pending jobs among those below ``prefetch_factor``."""
+        best = None
+        n = len(self.handles)
+        for k in range(n):
+            h = self.handles[(self._rr + k) % n]
+            if len(h.pending) < self.prefetch_factor and (best is None or len(h.pending) < len(best.pending)):
+                best = h
+        self._rr = (self._rr + 1) % n
+        return best
+
+    def submit(self, h: WorkerHandle, gen: int, index: int) -> None:
+        forgotten = self.pool.take_forgotten(h.worker_id)
+        if forgotten:
+            h.send(Forget(forgotten))
+        sid, name = self.pool.acquire(h.worker_id)
+        h.send(Job(gen, index, sid, name))
+        h.pending.append((gen, index, sid))
+
+    def close(self) -> None:
+        """The shutdown protocol (see the NOTE above); idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            for h in self.handles:
+                h.stop()
+            deadline = time.monotonic() + JOIN_TIMEOUT
+            for h in self.handles:
+                h.join(deadline)
+        finally:
+            self.pool.close()
+
+
+class _RemoteTraceback(Exception):
+    """The worker-side traceback of an item's error, chained as ``__cause__`` in the reader."""
+
+    def __init__(self, tb: str):
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.tb}"""'
+
+
+def _rebuild_error(report: dict, note: str) -> BaseException:
+    exc = report["exc"]
+    if exc is None and report["type"] is not None:
+        try:
+            exc = report["type"](report["message"])
+        except Exception:
+            exc = None
+    if exc is None:
+        exc = RuntimeError(f"{report['type_name']}: {report['message']}")
+    add_note(exc, note)
+    exc.__cause__ = _RemoteTraceback(report["traceback"])
+    return exc
+
+
+class Prefetch(LazySequence):
+    """``seq`` evaluated ahead of the reader by worker processes; built by :func:`prefetch`.
+
+    Not thread-safe: read it from one thread. See :func:`prefetch` for the arguments.
+    """
+
+    def __init__(self, seq, num_workers, prefetch_factor, ctx, worker_init_fn, timeout, seed, epoch,
+                 dataset, base_seed):
+        self._seq, self._len = seq, len(seq)
+        self._seed, self._epoch, self._timeout = seed, epoch, timeout
+        self._dataset = dataset if dataset is not None else seq
+        self._gen = 0
+        self._next_read = self._next_submit = 0
+        self._ready: dict[int, tuple] = {}  # index -> (Result or Failure, worker handle)
+        self._broken: str | None = None
+        self._crew = _Crew(ctx, num_workers, prefetch_factor, worker_init_fn, self._dataset, base_seed, seed)
+        self._finalizer = weakref.finalize(self, self._crew.close)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __repr__(self) -> str:
+        c = self._crew
+        return f"prefetch(num_workers={c.num_workers}, prefetch_factor={c.prefetch_factor}, len={self._len})"
+
+    def __reduce__(self):
+        raise TypeError(f"{self!r}: a Prefetch owns worker processes and cannot be pickled; "
+                        "pickle the sequence it reads instead")
+
+    def __enter__(self) -> "Prefetch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the workers and free every shared-memory slot; idempotent (see the NOTE in code).
+
+        Values already returned stay valid. Reading after ``close`` raises ``ValueError``.
+        """
+        self._ready.clear()
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run (explicitly, by ``with``, or after a worker failure)."""
+        return self._crew.closed
+
+    def reset(self, seq: Sequence, *, seed: int | None = None, epoch: int = 0) -> None:
+        """Point the same workers at ``seq`` (and ``seed``/``epoch``); nothing is respawned.
+
+        The sequence is pickled with the objects the workers already hold (the ``dataset``
+        argument of :func:`prefetch`, else the first sequence) replaced by persistent ids, so a
+        new epoch over the same dataset costs one small message per worker. Reading restarts
+        at item 0 (or wherever the next read is).
+
+        Args:
+            seq: the new sequence (picklable once workers have started).
+            seed: the per-item global-RNG seed (see :func:`prefetch`), or ``None``.
+            epoch: the epoch passed to ``seed_globals``.
+
+        Raises:
+            TypeError: ``seq`` has no ``len`` or cannot be pickled; bad ``seed``/``epoch`` types.
+            ValueError: negative ``seed``/``epoch``, or the Prefetch is closed.
+        """
+        self._check_open()
+        n = _check_seq("prefetch.reset", seq)
+        seed = None if seed is None else check_seed("prefetch.reset", seed)
+        epoch = check_nonnegative_int("prefetch.reset", "epoch", epoch)
+        blob = None
+        if self._crew.handles:
+            try:
+                blob = dumps_seq(seq, self._dataset)
+            except Exception as exc:
+                raise TypeError(f"prefetch.reset: seq cannot be pickled for the workers ({type(exc).__name__}: "
+                                f"{exc})") from exc
+        self._retarget()
+        self._seq, self._len, self._seed, self._epoch = seq, n, seed, epoch
+        self._next_read = self._next_submit = 0
+        if blob is not None:
+            for h in self._crew.handles:
+                h.send(Retarget(self._gen, blob, seed, epoch))
+
+    # ----------------------------------------------------------------------- reading
+
+    def _item(self, i: int) -> Any:
+        self._check_open()
+        crew = self._crew
+        if not crew.handles:
+            crew.start(self._seq, self._gen, self._seed, self._epoch)
+        if i != self._next_read:
+            self._retarget()
+            self._next_read = self._next_submit = i
+        self._fill()
+        if i not in self._ready:
+            self._wait_for(i)
+        msg, h = self._ready.pop(i)
+        self._next_read = i + 1
+        self._fill()
+        if isinstance(msg, Result):
+            return read_and_release(msg.payload, crew.pool)
+        report = read_and_release(msg.payload, crew.pool)
+        raise _rebuild_error(report, f"seqloader: raised while computing item {i} of {self!r} in worker "
+                                     f"{h.worker_id} (pid {h.pid})")
+
+    def _check_open(self) -> None:
+        if self._crew.closed:
+            why = f" after an earlier error ({self._broken})" if self._broken else ""
+            raise ValueError(f"{self!r}: read or reset after close(){why}; create a new prefetch")
+
+    def _retarget(self) -> None:
+        """Start a new generation: queued jobs become stale, unread results are dropped."""
+        self._gen += 1
+        for msg, _ in self._ready.values():
+            self._crew.pool.release(msg.payload.slot_id)
+        self._ready.clear()
+
+    def _fill(self) -> None:
+        crew = self._crew
+        limit = min(self._len, self._next_read + crew.num_workers * crew.prefetch_factor)
+        while self._next_submit < limit:
+            h = crew.free_worker()
+            if h is None:
+                return
+            crew.submit(h, self._gen, self._next_submit)
+            self._next_submit += 1
+
+    def _wait_for(self, i: int) -> None:
+        crew = self._crew
+        by_obj = {}
+        for h in crew.handles:
+            by_obj[h.results] = h
+            by_obj[h.process.sentinel] = h
+        deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
+        while i not in self._ready:
+            wait_s = STATUS_CHECK_INTERVAL if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = multiprocessing.connection.wait(list(by_obj), timeout=min(wait_s, STATUS_CHECK_INTERVAL))
+            dead = [by_obj[o] for o in ready if o is by_obj[o].process.sentinel]
+            dead += [h for h in crew.handles if h not in dead and not ready and not h.process.is_alive()]
+            for h in {by_obj[o] for o in ready} | set(dead):
+                self._drain(h)
+            if dead:
+                self._fail_dead(dead[0], i)
+            self._fill()
+            if not ready and deadline is not None and time.monotonic() >= deadline and i not in self._ready:
+                h = self._worker_of(i)
+                who = f" from worker {h.worker_id} (pid {h.pid})" if h is not None else ""
+                raise RuntimeError(f"{self!r}: timed out after {self._timeout} seconds waiting for item {i}{who}; "
+                                   "increase timeout= or look at what the worker is doing")
+
+    def _drain(self, h: WorkerHandle) -> None:
+        while True:
+            try:
+                if not h.results.poll():
+                    return
+                msg = h.results.recv()
+            except (EOFError, OSError):  # the worker died; its sentinel tells the rest
+                return
+            self._handle(h, msg)
+
+    def _handle(self, h: WorkerHandle, msg) -> None:
+        if isinstance(msg, WorkerFailed):
+            report = pickle.loads(msg.report)
+            exc = _rebuild_error(report, f"seqloader: {msg.stage} failed in worker {h.worker_id} (pid {h.pid})")
+            self._fail(f"{msg.stage} failed in worker {h.worker_id}", exc)
+        gen, index, sid = h.pending.popleft()
+        crew = self._crew
+        crew.pool.mapped_by_worker(sid)
+        if isinstance(msg, Cancelled) or msg.gen != self._gen:
+            crew.pool.release(sid)
+        else:
+            self._ready[index] = (msg, h)
+
+    def _worker_of(self, i: int) -> WorkerHandle | None:
+        for h in self._crew.handles:
+            if any(g == self._gen and j == i for g, j, _ in h.pending):
+                return h
+        return None
+
+    def _fail_dead(self, h: WorkerHandle, i: int) -> None:
+        what = f"while producing item {h.pending[0][1]}" if h.pending else f"while idle (reading item {i})"
+        msg = f"seqloader worker {h.worker_id} (pid {h.pid}) {h.exit_description()} {what}"
+        self._fail(msg, RuntimeError(f"{self!r}: {msg}"))
+
+    def _fail(self, why: str, exc: BaseException) -> None:
+        self._broken = why
+        self.close()
+        raise exc
+
+
+def _check_seq(op: str, seq: Any) -> int:
+    try:
+        return len(seq)
+    except TypeError:
+        raise TypeError(f"{op}: seq must be a sequence with len() and integer indexing "
+                        f"(got {type(seq).__name__})") from None
+
+
+def _resolve_context(ctx: Any):
+    if ctx is None:
+        return multiprocessing.get_context()
+    if isinstance(ctx, str):
+        methods = multiprocessing.get_all_start_methods()
+        if ctx not in methods:
+            raise ValueError(f"prefetch: multiprocessing_context {ctx!r} is not a start method here "
+                             f"(expected one of {', '.join(methods)}, or a multiprocessing context object)")
+        return multiprocessing.get_context(ctx)
+    if not (hasattr(ctx, "Process") and hasattr(ctx, "Pipe")):
+        raise TypeError(f"prefetch: multiprocessing_context must be None, a start method name or a "
+                        f"multiprocessing context (got {type(ctx).__name__})")
+    return ctx
+
+
+def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multiprocessing_context: Any = None,
+             worker_init_fn: Callable[[int], None] | None = None, timeout: float = 0, seed: int | None = None,
+             epoch: int = 0, dataset: Any = None, base_seed: int | None = None) -> Prefetch:
+    """Compute the items of ``seq`` ahead of the reader, in ``num_workers`` worker processes.
+
+    The result is ordered and index-addressable like ``seq``. Reading item ``i`` keeps items
+    ``i+1 .. i+num_workers*prefetch_factor`` in flight; reading any other item than the next
+    re-targets the workers (items in between are never computed). Workers start on the first
+    read and live until :meth:`Prefetch.close` (or ``with``/``del``/gc), across seeks and
+    :meth:`Prefetch.reset`. Arrays and tensors in items come back as views of shared memory
+    that stay valid as long as they are referenced.
+
+    Args:
+        seq: a sequence (``len`` and integer indexing); picklable for ``spawn``/``forkserver``.
+        num_workers: worker processes, ``>= 1`` (there is no in-process fallback: read ``seq``).
+        prefetch_factor: jobs in flight per worker, ``>= 1``.
+        multiprocessing_context: ``None`` (platform default), ``"fork"``, ``"spawn"``,
+            ``"forkserver"`` or a ``multiprocessing`` context object.
+        worker_init_fn: called as ``worker_init_fn(worker_id)`` in each worker after seeding.
+        timeout: seconds to wait for one item before ``RuntimeError``; ``0`` waits forever
+            (worker deaths are still detected at once).
+        seed: if not ``None``, item ``i`` is computed right after
+            ``seeding.seed_globals(seed, epoch, i)``, so global-RNG draws do not depend on the
+            worker that computes it.
+        epoch: the epoch passed to ``seed_globals``.
+        dataset: the object ``torch.utils.data.get_worker_info().dataset`` returns in workers,
+            sent to workers once; later :meth:`Prefetch.reset` sequences refer to it by id.
+            Defaults to ``seq``.
+        base_seed: workers seed ``random``/``numpy``/torch with ``base_seed + worker_id`` like
+            torch; default: drawn from torch's global generator when workers start (or derived
+            from ``seed`` when given).
+
+    Returns:
+        A :class:`Prefetch` of ``len(seq)`` items.
+
+    Raises:
+        TypeError: ``seq`` has no ``len``; an argument has the wrong type.
+        ValueError: ``num_workers < 1``, ``prefetch_factor < 1``, ``timeout < 0``, an unknown
+            start method or a negative seed/epoch.
+
+    Example:
+        >>> with prefetch(range(10), num_workers=2) as p:
+        ...     p[0], p[-1], list(p[3:6])
+        (0, 9, [3, 4, 5])
+        >>> prefetch(range(10), num_workers=0)
+        Traceback (most recent call last):
+        ValueError: prefetch: num_workers must be a positive int (got 0); to evaluate in this process, read the sequence directly
+    """
+    _check_seq("prefetch", seq)
+    workers = _check_workers(num_workers)
+    prefetch_factor = check_positive_int("prefetch", "prefetch_factor", prefetch_factor)
+    ctx = _resolve_context(multiprocessing_context)
+    if worker_init_fn is not None and not callable(worker_init_fn):
+        raise TypeError(f"prefetch: worker_init_fn must be callable or None (got {type(worker_init_fn).__name__})")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"prefetch: timeout must be a number of seconds (got {type(timeout).__name__})")
+    if not timeout >= 0:
+        raise ValueError(f"prefetch: timeout must be >= 0 (got {timeout}); 0 waits forever")
+    seed = None if seed is None else check_seed("prefetch", seed)
+    if base_seed is not None:
+        base_seed = check_nonnegative_int("prefetch", "base_seed", base_seed)
+        if base_seed >= 2**63:
+            raise ValueError(f"prefetch: base_seed must be < 2**63 (got {base_seed})")
+    epoch = check_nonnegative_int("prefetch", "epoch", epoch)
+    return Prefetch(seq, workers, prefetch_factor, ctx, worker_init_fn, float(timeout), seed, epoch, dataset,
+                    base_seed)
+
+
+def _check_workers(num_workers: Any) -> int:
+    n = check_int("prefetch", "num_workers", num_workers)
+    if n < 1:
+        raise ValueError(f"prefetch: num_workers must be a positive int (got {n}); to evaluate in this process, "
+                         "read the sequence directly")
+    return n

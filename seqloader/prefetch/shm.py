@@ -1,0 +1,314 @@
+"""Shared-memory slots: the parent's pool, a worker's view of it, and the result encoding.
+
+A *slot* is one POSIX shared-memory segment (``/dev/shm/seqloader_<pid>_<random>``) that carries
+one result at a time from one worker to the parent. Ownership is never by convention:
+
+- The **parent** creates every segment (:class:`SlotPool`), sized sparsely with ``ftruncate`` (no
+  page is touched, nothing is zeroed up front), and *unlinks its name as soon as the owning
+  worker has mapped it* (the worker's first reply for that slot). From then on the segment has
+  no name: it lives exactly as long as some process maps it, so a crash of any process cannot
+  leave a file in ``/dev/shm``. The parent keeps the file descriptor to remap a grown slot and
+  closes it when it destroys the slot.
+- Each slot belongs to **one worker** (the worker that maps it), which writes a result into it
+  (:func:`write_payload`). A result larger than the slot grows it in place (``ftruncate`` by the
+  worker, remap by the parent); there is no size to tune and no silent pickling fallback.
+- The parent reads a result with :func:`read_payload`. Arrays and tensors in the result are
+  *views* of the slot, kept alive by reference counting: every view holds a *lease* (a ctypes
+  array over the slot's mapping) and the slot goes back to the pool only when the last view of
+  that result is garbage. So a returned batch is never overwritten, however long it is kept;
+  a user that holds many results simply makes the pool allocate more slots, and free slots
+  beyond a small bound per worker are destroyed.
+
+Pages are faulted in once per slot (by the worker on its first write and by the parent on its
+first read) and then reused, which is where the speed comes from: torch's DataLoader allocates
+and faults a fresh shared segment for every batch.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import io
+import mmap
+import os
+import pickle
+import secrets
+import weakref
+from typing import Any
+
+import _posixshmem
+import torch
+
+from seqloader.prefetch.messages import Payload
+
+__all__ = ["SHM_PREFIX", "SlotPool", "WorkerSlots", "read_payload", "write_payload"]
+
+#: Every segment seqloader creates starts with this (``tests/conftest.py`` checks for leaks).
+SHM_PREFIX = "seqloader_"
+_ALIGN = 64
+_MIN_SIZE = 1 << 16
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) & ~(_ALIGN - 1)
+
+
+def _round_size(n: int) -> int:
+    page = mmap.PAGESIZE
+    return max(_MIN_SIZE, (n + page - 1) // page * page)
+
+
+def create_segment(size: int) -> tuple[str, int]:
+    """Create a new segment of ``size`` bytes (sparse); return ``(name, fd)``."""
+    while True:
+        name = f"/{SHM_PREFIX}{os.getpid()}_{secrets.token_hex(6)}"
+        try:
+            fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+        except FileExistsError:  # pragma: no cover - 48 random bits
+            continue
+        try:
+            os.ftruncate(fd, size)
+        except BaseException:
+            os.close(fd)
+            unlink_segment(name)
+            raise
+        return name, fd
+
+
+def unlink_segment(name: str) -> None:
+    """Remove a segment's name (idempotent); mappings stay valid until unmapped."""
+    try:
+        _posixshmem.shm_unlink(name)
+    except FileNotFoundError:
+        pass
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _rebuild_tensor(buf, dtype, shape, requires_grad):
+    if len(buf) == 0:
+        t = torch.empty(shape, dtype=dtype)
+    else:
+        t = torch.frombuffer(buf, dtype=torch.uint8).view(dtype).view(shape)
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+class _Pickler(pickle.Pickler):
+    """Protocol-5 pickler that sends dense CPU tensors out of band (numpy arrays already are)."""
+
+    def reducer_override(self, obj):
+        if type(obj) is torch.Tensor and obj.layout is torch.strided and obj.device.type == "cpu" \
+                and not obj.is_quantized:
+            t = obj.detach().resolve_conj().resolve_neg().contiguous()
+            raw = t.reshape(-1).view(torch.uint8).numpy()
+            return _rebuild_tensor, (pickle.PickleBuffer(raw), t.dtype, tuple(t.shape), obj.requires_grad)
+        return NotImplemented
+
+
+def encode(value: Any) -> tuple[memoryview, list]:
+    """Pickle ``value``; return the in-band bytes and the raw out-of-band buffers."""
+    buffers: list = []
+    f = io.BytesIO()
+    _Pickler(f, protocol=5, buffer_callback=buffers.append).dump(value)
+    return f.getbuffer(), [b.raw() for b in buffers]
+
+
+def write_payload(value: Any, slots: "WorkerSlots", slot_id: int) -> Payload:
+    """Pickle ``value`` into slot ``slot_id`` (growing it if needed); return its :class:`Payload`.
+
+    Raises:
+        Exception: whatever pickling ``value`` raises (the caller reports it as a failure).
+    """
+    data, raws = encode(value)
+    layout = []
+    end = _align(len(data))
+    for r in raws:
+        layout.append((end, r.nbytes))
+        end = _align(end + r.nbytes)
+    mm = slots.ensure(slot_id, end)
+    mm[: len(data)] = data
+    for (off, n), r in zip(layout, raws):
+        mm[off: off + n] = r
+    return Payload(slot_id, len(mm), len(data), tuple(layout))
+
+
+def read_payload(payload: Payload, pool: "SlotPool") -> Any:
+    """Unpickle a payload from the parent's mapping; arrays and tensors are leased views."""
+    mm = pool.mapping(payload.slot_id, payload.size)
+    data = mm[: payload.data_len]
+    if not payload.buffers:
+        return pickle.loads(data)
+    lease = pool.lease(payload.slot_id)
+    view = memoryview(lease).cast("B")
+    return pickle.loads(data, buffers=[view[o: o + n] for o, n in payload.buffers])
+
+
+def read_and_release(payload: Payload, pool: "SlotPool") -> Any:
+    """:func:`read_payload`, then give the slot back unless the value leases it."""
+    try:
+        return read_payload(payload, pool)
+    finally:
+        pool.release(payload.slot_id)
+
+
+# --------------------------------------------------------------------------- parent side
+
+
+class _Slot:
+    __slots__ = ("name", "fd", "mm", "worker", "state")
+
+    def __init__(self, name: str, fd: int, size: int, worker: int):
+        self.name, self.fd, self.worker = name, fd, worker
+        self.state = "busy"  # "busy" (in a job or a result not yet read), "leased" or "free"
+        self.mm = mmap.mmap(fd, size)
+
+
+class SlotPool:
+    """The parent's segments: created on demand, reused, destroyed; one owner worker each.
+
+    ``acquire(worker)`` returns a free slot of that worker (creating one when none is free);
+    a slot returns to its worker's free list when its job's reply is handled without a lease,
+    or when the last view of a leased result dies. At most ``keep`` free slots per worker are
+    kept; the rest are destroyed and reported by ``take_forgotten`` so the parent can tell the
+    worker to unmap them.
+    """
+
+    def __init__(self, num_workers: int, keep: int):
+        self._keep = keep
+        self._slots: dict[int, _Slot] = {}
+        self._free: list[list[int]] = [[] for _ in range(num_workers)]
+        self._released: collections.deque = collections.deque()  # filled by lease finalizers
+        self._forgotten: list[list[int]] = [[] for _ in range(num_workers)]
+        self._next_id = 0
+        self._size = _MIN_SIZE  # the largest size seen: new slots start there
+        self._closed = False
+
+    def acquire(self, worker: int) -> tuple[int, str]:
+        """A free slot id of ``worker`` and its name (for a :class:`Job`)."""
+        self._collect()
+        free = self._free[worker]
+        if free:
+            sid = free.pop()
+            self._slots[sid].state = "busy"
+        else:
+            sid = self._next_id
+            self._next_id += 1
+            name, fd = create_segment(self._size)
+            self._slots[sid] = _Slot(name, fd, self._size, worker)
+        return sid, self._slots[sid].name
+
+    def mapped_by_worker(self, slot_id: int) -> None:
+        """The owner worker has replied for this slot, so it maps it: drop the name."""
+        slot = self._slots[slot_id]
+        if slot.name:
+            unlink_segment(slot.name)
+            slot.name = ""
+
+    def mapping(self, slot_id: int, size: int) -> mmap.mmap:
+        """The parent's mapping of a slot, remapped if a worker grew it to ``size``."""
+        slot = self._slots[slot_id]
+        if len(slot.mm) != size:
+            slot.mm.close()  # no lease can exist: the slot was in a job
+            slot.mm = mmap.mmap(slot.fd, size)
+            self._size = max(self._size, size)
+        return slot.mm
+
+    def lease(self, slot_id: int) -> ctypes.Array:
+        """A buffer over the slot that gives the slot back when it (and every view) dies."""
+        slot = self._slots[slot_id]
+        slot.state = "leased"
+        lease = (ctypes.c_ubyte * len(slot.mm)).from_buffer(slot.mm)
+        fin = weakref.finalize(lease, self._released.append, slot_id)
+        fin.atexit = False
+        return lease
+
+    def release(self, slot_id: int) -> None:
+        """Give a busy (not leased) slot back to its worker's free list."""
+        if self._slots[slot_id].state == "busy":
+            self._put_back(slot_id)
+
+    def _collect(self) -> None:
+        while self._released:
+            sid = self._released.popleft()
+            if sid in self._slots and self._slots[sid].state == "leased":
+                self._put_back(sid)
+
+    def _put_back(self, sid: int) -> None:
+        slot = self._slots[sid]
+        slot.state = "free"
+        w = slot.worker
+        if len(self._free[w]) < self._keep:
+            self._free[w].append(sid)
+        else:
+            self._destroy(sid)
+            self._forgotten[w].append(sid)
+
+    def take_forgotten(self, worker: int) -> tuple:
+        """Slots destroyed since the last call that ``worker`` should unmap."""
+        self._collect()
+        out, self._forgotten[worker] = tuple(self._forgotten[worker]), []
+        return out
+
+    def _destroy(self, sid: int) -> None:
+        slot = self._slots.pop(sid)
+        if slot.name:
+            unlink_segment(slot.name)
+        try:
+            slot.mm.close()
+        except BufferError:  # a lease still exports it; the mapping dies with the lease
+            pass
+        os.close(slot.fd)
+
+    def close(self) -> None:
+        """Unlink every remaining name and close every descriptor (idempotent).
+
+        Leased results stay valid: their mappings are released when they are garbage.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for sid in list(self._slots):
+            self._destroy(sid)
+        self._released.clear()
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+class WorkerSlots:
+    """A worker's mappings of its slots, opened by name on first use and grown on demand."""
+
+    def __init__(self):
+        self._maps: dict[int, list] = {}  # slot id -> [fd, mmap, name]
+
+    def open(self, slot_id: int, name: str) -> None:
+        """Map ``slot_id`` if it is new (the parent unlinks the name after our reply)."""
+        if slot_id not in self._maps:
+            fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
+            self._maps[slot_id] = [fd, mmap.mmap(fd, os.fstat(fd).st_size), name]
+
+    def ensure(self, slot_id: int, nbytes: int) -> mmap.mmap:
+        """The mapping of ``slot_id``, grown (``ftruncate`` + remap) to hold ``nbytes``."""
+        entry = self._maps[slot_id]
+        if len(entry[1]) < nbytes:
+            size = _round_size(max(nbytes, 2 * len(entry[1])))
+            os.ftruncate(entry[0], size)
+            entry[1].close()
+            entry[1] = mmap.mmap(entry[0], size)
+        return entry[1]
+
+    def forget(self, slot_ids) -> None:
+        for sid in slot_ids:
+            entry = self._maps.pop(sid, None)
+            if entry is not None:
+                entry[1].close()
+                os.close(entry[0])
+
+    def close(self, unlink: bool) -> None:
+        """Unmap everything; with ``unlink`` (the parent died) also remove any name left."""
+        for sid, (fd, mm, name) in list(self._maps.items()):
+            if unlink:
+                unlink_segment(name)
+        self.forget(list(self._maps))
+

@@ -1,0 +1,267 @@
+"""The worker process: its loop, and the parent's handle on one worker.
+
+A worker owns one sequence (replaced by :class:`~seqloader.prefetch.messages.Retarget`), reads
+:class:`~seqloader.prefetch.messages.Job` messages from its own pipe, computes ``seq[index]``
+and writes the result into the job's shared-memory slot (:mod:`seqloader.prefetch.shm`). Set-up
+mirrors torch's ``_worker_loop``: one intra-op thread, ``random``/``numpy``/torch seeded from
+``base_seed + worker_id``, ``torch.utils.data.get_worker_info()`` set, then ``worker_init_fn``.
+The shutdown protocol is described next to :meth:`Prefetch.close
+<seqloader.prefetch.prefetch.Prefetch.close>`.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+import pickle
+import random
+import signal
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data._utils import worker as _torch_worker
+
+from seqloader.prefetch.messages import (
+    Cancelled,
+    Failure,
+    Forget,
+    Job,
+    Result,
+    Retarget,
+    Stop,
+    WorkerConfig,
+    WorkerFailed,
+)
+from seqloader.prefetch.seeding import seed_globals
+from seqloader.prefetch.shm import WorkerSlots, write_payload
+
+__all__ = ["WorkerHandle", "dumps_seq", "error_report", "loads_seq", "worker_main"]
+
+#: How often (seconds) an idle worker checks that its parent is alive.
+PARENT_CHECK_INTERVAL = 0.25
+_DATASET_PID = "seqloader.dataset"
+
+
+# --------------------------------------------------------------------------- pickling of sequences
+
+
+class _SeqPickler(pickle.Pickler):
+    def __init__(self, file, dataset):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._dataset = dataset
+
+    def persistent_id(self, obj):
+        if obj is self._dataset and obj is not None:
+            return _DATASET_PID
+        return None
+
+
+class _SeqUnpickler(pickle.Unpickler):
+    def __init__(self, file, dataset):
+        super().__init__(file)
+        self._dataset = dataset
+
+    def persistent_load(self, pid):
+        if pid == _DATASET_PID:
+            return self._dataset
+        raise pickle.UnpicklingError(f"prefetch: unknown persistent id {pid!r}")  # pragma: no cover
+
+
+def dumps_seq(seq: Any, dataset: Any) -> bytes:
+    """Pickle ``seq`` for a :class:`Retarget`; ``dataset`` (sent at start) is referred to by id."""
+    f = io.BytesIO()
+    _SeqPickler(f, dataset).dump(seq)
+    return f.getvalue()
+
+
+def loads_seq(blob: bytes, dataset: Any) -> Any:
+    """Inverse of :func:`dumps_seq` in a worker holding ``dataset``."""
+    return _SeqUnpickler(io.BytesIO(blob), dataset).load()
+
+
+def error_report(exc: BaseException) -> dict:
+    """A picklable description of ``exc``: the exception itself when it survives a round trip."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        pickle.loads(pickle.dumps(exc))
+        keep = exc
+    except Exception:
+        keep = None
+    try:
+        pickle.dumps(type(exc))
+        typ = type(exc)
+    except Exception:
+        typ = None
+    return {"exc": keep, "type": typ, "type_name": type(exc).__qualname__, "message": str(exc),
+            "traceback": tb}
+
+
+# --------------------------------------------------------------------------- the worker process
+
+
+def _set_up(config: WorkerConfig, info_dataset: Any) -> None:
+    torch.set_num_threads(1)
+    seed = config.base_seed + config.worker_id
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(_torch_worker._generate_state(config.base_seed, config.worker_id))
+    _torch_worker._worker_info = _torch_worker.WorkerInfo(
+        id=config.worker_id, num_workers=config.num_workers, seed=seed, dataset=info_dataset)
+    if config.worker_init_fn is not None:
+        config.worker_init_fn(config.worker_id)
+
+
+def _parent_alive(ppid: int, parent_pid: int) -> bool:
+    if os.getppid() != ppid:
+        return False
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - pid reused by another user
+        return True
+    return True
+
+
+def _compute(seq, job: Job, seed, epoch, slots: WorkerSlots):
+    try:
+        if seed is not None:
+            seed_globals(seed, epoch, job.index)
+        value = seq[job.index]
+    except Exception as exc:
+        return Failure(job.gen, job.index, write_payload(error_report(exc), slots, job.slot_id))
+    try:
+        return Result(job.gen, job.index, write_payload(value, slots, job.slot_id))
+    except Exception as exc:
+        err = TypeError(f"prefetch: item {job.index} cannot be sent to the parent process "
+                        f"({type(exc).__name__}: {exc}); items must be picklable")
+        err.__cause__ = exc
+        return Failure(job.gen, job.index, write_payload(error_report(err), slots, job.slot_id))
+
+
+def worker_main(config: WorkerConfig, jobs, results, dataset: Any, seq: Any) -> None:
+    """Entry point of a worker process (see the module docstring and the shutdown NOTE).
+
+    Args:
+        config: ids, seeds and ``worker_init_fn``.
+        jobs: the receiving end of this worker's job pipe.
+        results: the sending end of this worker's result pipe.
+        dataset: the object persistent ids refer to (``None`` if the caller gave none).
+        seq: the initial sequence.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the reader's business
+    ppid = os.getppid()
+    slots = WorkerSlots()
+    parent_gone = False
+    try:
+        _set_up(config, dataset if dataset is not None else seq)
+    except Exception as exc:
+        results.send(WorkerFailed("worker_init_fn", pickle.dumps(error_report(exc))))
+        return
+    seed, epoch, latest = config.seed, config.epoch, config.gen
+    pending: collections.deque = collections.deque()
+    try:
+        while True:
+            if not pending:
+                while not jobs.poll(PARENT_CHECK_INTERVAL):
+                    if not _parent_alive(ppid, config.parent_pid):
+                        parent_gone = True
+                        return
+                pending.append(jobs.recv())
+            while jobs.poll():
+                pending.append(jobs.recv())
+            if any(isinstance(m, Stop) for m in pending):
+                return
+            latest = max([latest] + [m.gen for m in pending if isinstance(m, (Job, Retarget))])
+            msg = pending.popleft()
+            if isinstance(msg, Forget):
+                slots.forget(msg.slot_ids)
+            elif isinstance(msg, Retarget):
+                if any(isinstance(m, Retarget) for m in pending):
+                    continue  # superseded before we got to it
+                try:
+                    seq = loads_seq(msg.blob, dataset if dataset is not None else seq)
+                except Exception as exc:
+                    results.send(WorkerFailed("reset", pickle.dumps(error_report(exc))))
+                    return
+                seed, epoch = msg.seed, msg.epoch
+            elif isinstance(msg, Job):
+                slots.open(msg.slot_id, msg.slot_name)
+                if msg.gen < latest:
+                    results.send(Cancelled(msg.gen, msg.index, msg.slot_id))
+                else:
+                    results.send(_compute(seq, msg, seed, epoch, slots))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        parent_gone = True
+    finally:
+        slots.close(unlink=parent_gone)
+
+
+# --------------------------------------------------------------------------- the parent's handle
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``"was killed by SIGKILL"`` / ``"exited unexpectedly with exit code 3"``."""
+    if exitcode is None:
+        return "stopped responding"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:  # pragma: no cover
+            name = f"signal {-exitcode}"
+        return f"was killed by {name}"
+    return f"exited unexpectedly with exit code {exitcode}"
+
+
+class WorkerHandle:
+    """The parent's side of one worker: process, job pipe, result pipe, jobs awaiting a reply."""
+
+    def __init__(self, ctx, config: WorkerConfig, dataset: Any, seq: Any):
+        self.worker_id = config.worker_id
+        jobs_r, self.jobs = ctx.Pipe(duplex=False)
+        self.results, results_w = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=worker_main, args=(config, jobs_r, results_w, dataset, seq),
+                                   name=f"seqloader-worker-{config.worker_id}", daemon=True)
+        try:
+            self.process.start()
+        finally:
+            jobs_r.close()
+            results_w.close()
+        self.pid = self.process.pid
+        self.pending: collections.deque = collections.deque()  # (gen, index, slot_id)
+
+    def send(self, msg) -> None:
+        self.jobs.send(msg)
+
+    def exit_description(self) -> str:
+        self.process.join(timeout=1.0)  # the sentinel fires a moment before the exit code is ready
+        return describe_exit(self.process.exitcode)
+
+    def stop(self) -> None:
+        """Ask the worker to exit (it does so before computing anything else)."""
+        try:
+            self.jobs.send(Stop())
+        except (OSError, ValueError):  # already dead or closed
+            pass
+
+    def join(self, deadline: float) -> None:
+        """Wait until ``deadline`` (``time.monotonic``), then SIGTERM, then SIGKILL; close pipes."""
+        p = self.process
+        if p.pid is not None:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=1.0)
+            if p.is_alive():  # pragma: no cover - ignores SIGTERM
+                p.kill()
+                p.join(timeout=5.0)
+        for conn in (self.jobs, self.results):
+            conn.close()
+        try:
+            p.close()
+        except ValueError:  # pragma: no cover - still running after SIGKILL
+            pass
