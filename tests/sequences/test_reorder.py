@@ -103,9 +103,9 @@ def test_shuffle_is_a_permutation(n, seed):
     assert pos.tolist() == list(seq)
 
 
-def test_shuffle_reaches_every_permutation_of_three():
-    seen = {tuple(sl.shuffle(range(3), seed)) for seed in range(200)}
-    assert len(seen) == 6
+def test_shuffle_reaches_every_permutation_of_three_and_four():
+    assert len({tuple(sl.shuffle(range(3), seed)) for seed in range(200)}) == 6
+    assert len({tuple(sl.shuffle(range(4), seed)) for seed in range(600)}) == 24
 
 
 def test_shuffle_first_position_is_roughly_uniform():
