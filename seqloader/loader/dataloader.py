@@ -29,7 +29,7 @@ from seqloader.loader import sampling
 from seqloader.loader.fetch import EpochBatches
 from seqloader.loader.state import LoaderState, check_matches
 from seqloader.prefetch.seeding import preserved_globals
-from seqloader.rng import check_seed
+from seqloader.rng import check_seed, derive_seed
 
 __all__ = ["DataLoader", "StatefulDataLoader"]
 
@@ -315,15 +315,18 @@ class _Workers:
     def open(self, loader: DataLoader, seq: EpochBatches):
         from seqloader.prefetch.prefetch import prefetch
 
+        # EpochBatches seeds the global RNGs per batch itself, so Prefetch's per-item seeding
+        # stays off (seed=None); workers start from a base seed derived from (seed, epoch).
         if self.prefetch is not None and loader.persistent_workers:
-            self.prefetch.reset(seq, seed=loader.seed, epoch=seq._epoch)
+            self.prefetch.reset(seq, seed=None, epoch=seq._epoch)
             return self.prefetch
         self.close()
         self.prefetch = prefetch(
             seq, loader.num_workers, prefetch_factor=loader.prefetch_factor,
             multiprocessing_context=loader.multiprocessing_context,
-            worker_init_fn=loader.worker_init_fn, timeout=loader.timeout, seed=loader.seed,
-            epoch=seq._epoch, dataset=loader.dataset)
+            worker_init_fn=loader.worker_init_fn, timeout=loader.timeout, seed=None,
+            epoch=seq._epoch, dataset=loader.dataset,
+            base_seed=derive_seed(loader.seed, "worker", seq._epoch) >> 2)
         self.persistent = loader.persistent_workers
         return self.prefetch
 
