@@ -8,6 +8,7 @@ vectorised ``_source_indices``; ``concatenate`` has several parents and wraps
 from __future__ import annotations
 
 import operator
+import sys
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -158,8 +159,9 @@ class _Concatenate(LazySequence):
         if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__iter__"):
             raise TypeError(f"concatenate: seqs must be an iterable of sequences (got {type(seqs).__name__})")
         seqs = list(seqs)
-        for k, s in enumerate(seqs):
-            check_sequence("concatenate", f"seqs[{k}]", s)
+        total = sum(check_sequence("concatenate", f"seqs[{k}]", s) for k, s in enumerate(seqs))
+        if total > sys.maxsize:
+            raise ValueError(f"concatenate: the total length must be < 2**63 (got {total})")
         self._seqs = tuple(seqs)
         self._inner = seqtools.concatenate(list(seqs))
         self._len = len(self._inner)
@@ -189,6 +191,7 @@ def concatenate(seqs: Iterable[Sequence]) -> LazySequence:
 
     Raises:
         TypeError: ``seqs`` is not an iterable or one of its elements is not a sequence.
+        ValueError: the total length is ``2**63`` or more.
 
     Example:
         >>> c = concatenate([[0, 1], [], range(2, 5)])
@@ -204,6 +207,8 @@ class _Repeat(IndexMap):
     def __init__(self, seq: Sequence, times: int):
         n = check_sequence("repeat", "seq", seq)
         self._times = check_nonnegative_int("repeat", "times", times)
+        if n * self._times > sys.maxsize:
+            raise ValueError(f"repeat: len(seq) * times must be < 2**63 (got {n} * {self._times})")
         self._parent = seq
         self._n = n
         self._len = n * self._times
@@ -233,7 +238,7 @@ def repeat(seq: Sequence, times: int) -> LazySequence:
 
     Raises:
         TypeError: ``seq`` is not a sequence or ``times`` is not an int.
-        ValueError: ``times`` is negative.
+        ValueError: ``times`` is negative, or the result would have ``2**63`` items or more.
 
     Example:
         >>> list(repeat(["a", "b"], 3))

@@ -199,6 +199,12 @@ def test_concatenate_argument_errors(seqs, msg):
         sl.concatenate(seqs)
 
 
+def test_concatenate_rejects_a_total_length_beyond_2_to_63():
+    with pytest.raises(ValueError, match=re.escape("concatenate: the total length must be < 2**63 (got 9223372036854775808)")):
+        sl.concatenate([range(2**62), range(2**62)])
+    assert len(sl.concatenate([range(2**62), range(2**62 - 1)])) == 2**63 - 1
+
+
 # -- repeat ----------------------------------------------------------------------------------------
 
 @given(st.lists(st.integers(), max_size=10), st.integers(0, 5))
@@ -221,6 +227,7 @@ def test_repeat_of_an_empty_sequence_is_empty():
     (([1], 2.0), TypeError, "repeat: times must be an int (got float 2.0)"),
     (([1], None), TypeError, "repeat: times must be an int (got NoneType None)"),
     ((1, 2), TypeError, "repeat: seq must be a sequence"),
+    ((range(10), 2**62), ValueError, "repeat: len(seq) * times must be < 2**63 (got 10 * 4611686018427387904)"),
 ])
 def test_repeat_argument_errors(args, exc, msg):
     with pytest.raises(exc, match="^" + re.escape(msg)):
