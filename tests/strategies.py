@@ -80,7 +80,7 @@ slices = st.builds(
     slice,
     st.none() | st.integers(-15, 15),
     st.none() | st.integers(-15, 15),
-    st.none() | st.integers(-4, 4).filter(lambda s: s != 0),
+    st.none() | st.sampled_from([-4, -3, -2, -1, 1, 2, 3, 4]),
 )
 
 seeds = st.integers(0, 2**64 - 1)

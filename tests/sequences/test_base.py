@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
@@ -12,8 +12,13 @@ from seqloader.sequences.base import IndexMap, LazySequence, SliceView, source_i
 from strategies import check_against_oracle, pipelines, slices
 
 
-@given(pipelines(), st.lists(st.tuples(slices, slices), max_size=3))
+@settings(max_examples=400)
+@given(pipelines(max_depth=5), st.lists(st.tuples(slices, slices), max_size=3))
 def test_pipeline_matches_list_oracle(p, slice_pairs):
+    event(f"depth {len(p.ops)}")
+    for op in p.ops:
+        event(op.split("(")[0] if not op.startswith("[") else "slice")
+    event(f"len {'0' if not p.oracle else '1-9' if len(p.oracle) < 10 else '10+'}")
     check_against_oracle(p.seq, p.oracle, slice_pairs)
 
 
