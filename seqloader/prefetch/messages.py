@@ -50,6 +50,7 @@ class WorkerConfig:
     gen: int
     seed: int | None
     epoch: int
+    torch_worker_info: bool
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ one small message. Results travel through shared memory (:mod:`seqloader.prefetc
 from __future__ import annotations
 
 import multiprocessing
-import multiprocessing.connection
 import os
 import pickle
+import select
 import time
 import weakref
 from typing import Any, Callable, Sequence
@@ -80,14 +80,16 @@ class _Crew:
     """The workers, their slots and their pending jobs: everything :meth:`close` releases."""
 
     def __init__(self, ctx, num_workers: int, prefetch_factor: int, worker_init_fn, dataset: Any,
-                 base_seed: int | None, seed: int | None):
+                 base_seed: int | None, seed: int | None, torch_worker_info: bool):
         self.ctx, self.num_workers, self.prefetch_factor = ctx, num_workers, prefetch_factor
         self.worker_init_fn, self.dataset = worker_init_fn, dataset
-        self.base_seed, self.seed = base_seed, seed
+        self.base_seed, self.seed, self.torch_worker_info = base_seed, seed, torch_worker_info
         self.handles: list[WorkerHandle] = []
         self.pool = SlotPool(num_workers, keep=prefetch_factor + 1)
         self.closed = False
         self._rr = 0
+        self._poll = select.poll()  # every result pipe and process sentinel
+        self._by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
 
     def start(self, seq, gen: int, seed, epoch: int) -> None:
         base = self.base_seed
@@ -98,11 +100,21 @@ class _Crew:
                 base = derive_seed(self.seed, "worker", 0) >> 2
         try:
             for w in range(self.num_workers):
-                config = WorkerConfig(w, self.num_workers, base, os.getpid(), self.worker_init_fn, gen, seed, epoch)
-                self.handles.append(WorkerHandle(self.ctx, config, self.dataset, seq))
+                config = WorkerConfig(w, self.num_workers, base, os.getpid(), self.worker_init_fn, gen, seed, epoch,
+                                      self.torch_worker_info)
+                h = WorkerHandle(self.ctx, config, self.dataset, seq)
+                self.handles.append(h)
+                self._poll.register(h.results.fileno(), select.POLLIN)
+                self._poll.register(h.sentinel, select.POLLIN)
+                self._by_fd[h.results.fileno()] = (h, False)
+                self._by_fd[h.sentinel] = (h, True)
         except BaseException:
             self.close()
             raise
+
+    def poll(self, timeout: float) -> list[tuple[WorkerHandle, bool]]:
+        """Wait up to ``timeout`` s for replies or exits: ``[(worker, is_exit), ...]``."""
+        return [self._by_fd[fd] for fd, _ in self._poll.poll(int(timeout * 1000))]
 
     def free_worker(self) -> WorkerHandle | None:
         """The worker with the fewest pending jobs among those below ``prefetch_factor``."""
@@ -170,7 +182,7 @@ class Prefetch(LazySequence):
     """
 
     def __init__(self, seq, num_workers, prefetch_factor, ctx, worker_init_fn, timeout, seed, epoch,
-                 dataset, base_seed):
+                 dataset, base_seed, torch_worker_info):
         self._seq, self._len = seq, len(seq)
         self._seed, self._epoch, self._timeout = seed, epoch, timeout
         self._dataset = dataset if dataset is not None else seq
@@ -178,7 +190,8 @@ class Prefetch(LazySequence):
         self._next_read = self._next_submit = 0
         self._ready: dict[int, tuple] = {}  # index -> (Result or Failure, worker handle)
         self._broken: str | None = None
-        self._crew = _Crew(ctx, num_workers, prefetch_factor, worker_init_fn, self._dataset, base_seed, seed)
+        self._crew = _Crew(ctx, num_workers, prefetch_factor, worker_init_fn, self._dataset, base_seed, seed,
+                           torch_worker_info)
         self._finalizer = weakref.finalize(self, self._crew.close)
 
     def __len__(self) -> int:
@@ -292,22 +305,19 @@ class Prefetch(LazySequence):
 
     def _wait_for(self, i: int) -> None:
         crew = self._crew
-        by_obj = {}
-        for h in crew.handles:
-            by_obj[h.results] = h
-            by_obj[h.process.sentinel] = h
         deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
         while i not in self._ready:
             wait_s = STATUS_CHECK_INTERVAL if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = multiprocessing.connection.wait(list(by_obj), timeout=min(wait_s, STATUS_CHECK_INTERVAL))
-            dead = [by_obj[o] for o in ready if o is by_obj[o].process.sentinel]
-            dead += [h for h in crew.handles if h not in dead and not ready and not h.process.is_alive()]
-            for h in {by_obj[o] for o in ready} | set(dead):
+            events = crew.poll(min(wait_s, STATUS_CHECK_INTERVAL))
+            dead = [h for h, is_sentinel in events if is_sentinel]
+            if not events:
+                dead = [h for h in crew.handles if not h.process.is_alive()]
+            for h in {h for h, _ in events} | set(dead):
                 self._drain(h)
             if dead:
                 self._fail_dead(dead[0], i)
             self._fill()
-            if not ready and deadline is not None and time.monotonic() >= deadline and i not in self._ready:
+            if not events and deadline is not None and time.monotonic() >= deadline and i not in self._ready:
                 h = self._worker_of(i)
                 who = f" from worker {h.worker_id} (pid {h.pid})" if h is not None else ""
                 raise RuntimeError(f"{self!r}: timed out after {self._timeout} seconds waiting for item {i}{who}; "
@@ -316,9 +326,9 @@ class Prefetch(LazySequence):
     def _drain(self, h: WorkerHandle) -> None:
         while True:
             try:
-                if not h.results.poll():
+                if not h.readable():
                     return
-                msg = h.results.recv()
+                msg = h.recv()
             except (EOFError, OSError):  # the worker died; its sentinel tells the rest
                 return
             self._handle(h, msg)
@@ -378,7 +388,8 @@ def _resolve_context(ctx: Any):
 
 def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multiprocessing_context: Any = None,
              worker_init_fn: Callable[[int], None] | None = None, timeout: float = 0, seed: int | None = None,
-             epoch: int = 0, dataset: Any = None, base_seed: int | None = None) -> Prefetch:
+             epoch: int = 0, dataset: Any = None, base_seed: int | None = None,
+             torch_worker_info: bool = True) -> Prefetch:
     """Compute the items of ``seq`` ahead of the reader, in ``num_workers`` worker processes.
 
     The result is ordered and index-addressable like ``seq``. Reading item ``i`` keeps items
@@ -407,6 +418,13 @@ def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multi
         base_seed: workers seed ``random``/``numpy``/torch with ``base_seed + worker_id`` like
             torch; default: drawn from torch's global generator when workers start (or derived
             from ``seed`` when given).
+        torch_worker_info: ``True`` (default, like torch): ``torch.utils.data.get_worker_info()``
+            returns the worker's ``WorkerInfo`` everywhere in the worker. ``False``: it returns
+            it only while ``worker_init_fn`` runs, and ``None`` while items are computed. Use
+            ``False`` for speed when item code does not call it: torch's ``default_collate``
+            stacks tensors into a *fresh shared-memory segment per batch* whenever it sees a
+            ``WorkerInfo`` (torch's own transport needs that; seqloader's slots do not), and
+            faulting in those fresh pages dominates the cost of large batches.
 
     Returns:
         A :class:`Prefetch` of ``len(seq)`` items.
@@ -440,8 +458,10 @@ def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multi
         if base_seed >= 2**63:
             raise ValueError(f"prefetch: base_seed must be < 2**63 (got {base_seed})")
     epoch = check_nonnegative_int("prefetch", "epoch", epoch)
+    if not isinstance(torch_worker_info, bool):
+        raise TypeError(f"prefetch: torch_worker_info must be a bool (got {type(torch_worker_info).__name__})")
     return Prefetch(seq, workers, prefetch_factor, ctx, worker_init_fn, float(timeout), seed, epoch, dataset,
-                    base_seed)
+                    base_seed, torch_worker_info)
 
 
 def _check_workers(num_workers: Any) -> int:

@@ -16,6 +16,7 @@ import io
 import os
 import pickle
 import random
+import select
 import signal
 import time
 import traceback
@@ -39,14 +40,25 @@ from seqloader.prefetch.messages import (
 from seqloader.prefetch.seeding import seed_globals
 from seqloader.prefetch.shm import WorkerSlots, write_payload
 
-__all__ = ["WorkerHandle", "dumps_seq", "error_report", "loads_seq", "worker_main"]
+__all__ = ["WorkerHandle", "dumps_seq", "error_report", "loads_seq", "recv", "send", "worker_main"]
 
 #: How often (seconds) an idle worker checks that its parent is alive.
 PARENT_CHECK_INTERVAL = 0.25
 _DATASET_PID = "seqloader.dataset"
 
 
-# --------------------------------------------------------------------------- pickling of sequences
+# --------------------------------------------------------------------------- pipes and pickling
+
+
+def send(conn, msg) -> None:
+    """Send one message (plain pickle: ``Connection.send`` builds a ForkingPickler per call)."""
+    conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def recv(conn):
+    """Receive one message sent by :func:`send`."""
+    return pickle.loads(conn.recv_bytes())
+
 
 
 class _SeqPickler(pickle.Pickler):
@@ -113,6 +125,8 @@ def _set_up(config: WorkerConfig, info_dataset: Any) -> None:
         id=config.worker_id, num_workers=config.num_workers, seed=seed, dataset=info_dataset)
     if config.worker_init_fn is not None:
         config.worker_init_fn(config.worker_id)
+    if not config.torch_worker_info:  # visible to worker_init_fn only (see prefetch's docstring)
+        _torch_worker._worker_info = None
 
 
 def _parent_alive(ppid: int, parent_pid: int) -> bool:
@@ -160,23 +174,28 @@ def worker_main(config: WorkerConfig, jobs, results, dataset: Any, seq: Any) -> 
     try:
         _set_up(config, dataset if dataset is not None else seq)
     except Exception as exc:
-        results.send(WorkerFailed("worker_init_fn", pickle.dumps(error_report(exc))))
+        send(results, WorkerFailed("worker_init_fn", pickle.dumps(error_report(exc))))
         return
     seed, epoch, latest = config.seed, config.epoch, config.gen
     pending: collections.deque = collections.deque()
+    poller = select.poll()
+    poller.register(jobs.fileno(), select.POLLIN)
+    check_ms = int(PARENT_CHECK_INTERVAL * 1000)
     try:
         while True:
             if not pending:
-                while not jobs.poll(PARENT_CHECK_INTERVAL):
+                while not poller.poll(check_ms):
                     if not _parent_alive(ppid, config.parent_pid):
                         parent_gone = True
                         return
-                pending.append(jobs.recv())
-            while jobs.poll():
-                pending.append(jobs.recv())
-            if any(isinstance(m, Stop) for m in pending):
-                return
-            latest = max([latest] + [m.gen for m in pending if isinstance(m, (Job, Retarget))])
+                pending.append(recv(jobs))
+            while poller.poll(0):
+                pending.append(recv(jobs))
+            for m in pending:
+                if isinstance(m, Stop):
+                    return
+                if isinstance(m, (Job, Retarget)) and m.gen > latest:
+                    latest = m.gen
             msg = pending.popleft()
             if isinstance(msg, Forget):
                 slots.forget(msg.slot_ids)
@@ -186,15 +205,15 @@ def worker_main(config: WorkerConfig, jobs, results, dataset: Any, seq: Any) -> 
                 try:
                     seq = loads_seq(msg.blob, dataset if dataset is not None else seq)
                 except Exception as exc:
-                    results.send(WorkerFailed("reset", pickle.dumps(error_report(exc))))
+                    send(results, WorkerFailed("reset", pickle.dumps(error_report(exc))))
                     return
                 seed, epoch = msg.seed, msg.epoch
             elif isinstance(msg, Job):
                 slots.open(msg.slot_id, msg.slot_name)
                 if msg.gen < latest:
-                    results.send(Cancelled(msg.gen, msg.index, msg.slot_id))
+                    send(results, Cancelled(msg.gen, msg.index, msg.slot_id))
                 else:
-                    results.send(_compute(seq, msg, seed, epoch, slots))
+                    send(results, _compute(seq, msg, seed, epoch, slots))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         parent_gone = True
     finally:
@@ -232,10 +251,20 @@ class WorkerHandle:
             jobs_r.close()
             results_w.close()
         self.pid = self.process.pid
+        self.sentinel = self.process.sentinel
         self.pending: collections.deque = collections.deque()  # (gen, index, slot_id)
+        self._poll = select.poll()
+        self._poll.register(self.results.fileno(), select.POLLIN)
+
+    def readable(self) -> bool:
+        """Whether a reply (or EOF) is waiting on the result pipe."""
+        return bool(self._poll.poll(0))
 
     def send(self, msg) -> None:
-        self.jobs.send(msg)
+        send(self.jobs, msg)
+
+    def recv(self):
+        return recv(self.results)
 
     def exit_description(self) -> str:
         self.process.join(timeout=1.0)  # the sentinel fires a moment before the exit code is ready
@@ -244,7 +273,7 @@ class WorkerHandle:
     def stop(self) -> None:
         """Ask the worker to exit (it does so before computing anything else)."""
         try:
-            self.jobs.send(Stop())
+            send(self.jobs, Stop())
         except (OSError, ValueError):  # already dead or closed
             pass
 
