@@ -14,11 +14,12 @@ Protocol (parent side):
    init_method="file://...")``, runs ``fn``, writes ``("ok", value)`` or ``("error", exc,
    traceback_text)`` to its result file with ``pickle``, and always calls
    ``destroy_process_group()``;
-3. wait on the process sentinels until all have exited, one has failed (the others are then
-   terminated: they would block in a collective until the gloo timeout) or ``timeout`` passes
-   (all are terminated, then killed after 5 s);
-4. re-raise the first failure with its original type and a note with the rank's traceback, or
-   return the values.
+3. wait on the process sentinels until all have exited, one has failed or ``timeout`` passes.
+   After a failure the others get 2 s to exit (a peer often fails *because of* the first
+   failure, e.g. "connection reset" in a collective) and are then terminated: they would
+   otherwise block in a collective until the gloo timeout. Stragglers are killed after 5 s;
+4. re-raise the earliest failure (by the time each rank caught it) with its original type and a
+   note with the rank's traceback, or return the values.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = ["run_distributed"]
 
 _OP = "run_distributed"
 _KILL_GRACE_S = 5.0
+_PEER_GRACE_S = 2.0
 
 
 def _rank_main(fn: Callable, rank: int, world_size: int, args: tuple, init_file: str, result_file: str,
@@ -50,26 +52,31 @@ def _rank_main(fn: Callable, rank: int, world_size: int, args: tuple, init_file:
 
     if num_threads is not None:
         torch.set_num_threads(num_threads)
-    outcome: tuple
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout))
     try:
-        outcome = ("ok", fn(rank, world_size, *args))
-    except BaseException as exc:  # reported to the parent, which re-raises it
-        outcome = ("error", exc, traceback.format_exc())
+        try:
+            outcome: tuple = ("ok", fn(rank, world_size, *args))
+        except BaseException as exc:  # reported to the parent, which re-raises it
+            outcome = ("error", exc, traceback.format_exc(), time.time())
+        _report(result_file, outcome, rank)  # before leaving the group: peers may fail right after
     finally:
         dist.destroy_process_group()
+    if outcome[0] == "error":
+        raise SystemExit(1)
+
+
+def _report(result_file: str, outcome: tuple, rank: int) -> None:
+    """Write ``outcome`` atomically; an outcome that does not pickle becomes a RuntimeError."""
     try:
         payload = pickle.dumps(outcome)
-    except Exception:  # the value or the exception does not pickle: report that, with the traceback
-        text = outcome[2] if outcome[0] == "error" else ""
-        payload = pickle.dumps(("error", RuntimeError(f"{_OP}: rank {rank}'s result does not pickle"), text
-                                or traceback.format_exc()))
+    except Exception:
+        text = outcome[2] if outcome[0] == "error" else traceback.format_exc()
+        payload = pickle.dumps(("error", RuntimeError(f"{_OP}: rank {rank}'s result does not pickle"), text,
+                                time.time()))
     with open(result_file + ".tmp", "wb") as f:
         f.write(payload)
     os.replace(result_file + ".tmp", result_file)
-    if outcome[0] == "error":
-        raise SystemExit(1)
 
 
 def _stop(procs: Sequence) -> None:
@@ -145,16 +152,24 @@ def run_distributed(fn: Callable[..., Any], world_size: int, args: tuple = (), *
                 break
             multiprocessing.connection.wait([p.sentinel for p in procs if p.exitcode is None], timeout=left)
             failed = next((r for r, p in enumerate(procs) if p.exitcode not in (None, 0)), None)
+        if failed is not None:  # let the peers that fail because of it report too, briefly
+            multiprocessing.connection.wait([p.sentinel for p in procs if p.exitcode is None],
+                                            timeout=_PEER_GRACE_S)
         hung = [r for r, p in enumerate(procs) if p.exitcode is None]
     finally:
         _stop(procs)
     if failed is not None:
-        if not os.path.exists(result_files[failed]):
+        errors = {}
+        for r, path in enumerate(result_files):
+            if procs[r].exitcode != 0 and os.path.exists(path):
+                with open(path, "rb") as f:
+                    errors[r] = pickle.load(f)
+        if not errors:
             raise RuntimeError(f"{_OP}: rank {failed} (pid {procs[failed].pid}) exited with code "
                                f"{procs[failed].exitcode} without reporting a result")
-        with open(result_files[failed], "rb") as f:
-            _, exc, text = pickle.load(f)
-        add_note(exc, f"seqloader: raised in {_OP} at rank {failed} of {world_size}; its traceback:\n{text}")
+        first = min(errors, key=lambda r: errors[r][3])  # the root cause failed first
+        _, exc, text, _ = errors[first]
+        add_note(exc, f"seqloader: raised in {_OP} at rank {first} of {world_size}; its traceback:\n{text}")
         raise exc
     if hung:
         raise RuntimeError(f"{_OP}: rank(s) {hung} did not finish within {timeout} s and were terminated")

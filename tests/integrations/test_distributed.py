@@ -8,14 +8,56 @@ pickled by reference) and return what they consumed; the parent makes every asse
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import BatchSampler, DistributedSampler
 
+import seqloader
 from seqloader.integrations.distributed import run_distributed
 from seqloader.integrations.torch_iterable import as_iterable_dataset
+from seqloader.loader.sampling import draw_seed
+
+
+class Items:
+    """A map-style dataset whose item ``i`` is ``i``."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return i
+
+
+class Regression:
+    """Item ``i``: ``(x, y, i)`` with ``y = x @ w + noise``, a pure function of ``i``."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(4, generator=g)
+        return x, x @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.01 * torch.randn((), generator=g), i
+
+
+def _flat(batches):
+    return [i for b in batches for i in b]
+
+
+def _torch_seed(rank, phase=0):
+    """A different torch seed on every rank (and phase): ``seed=None`` must still agree."""
+    torch.manual_seed(1000 + 100 * phase + rank)
 
 
 # -- rank functions ------------------------------------------------------------------------------
@@ -27,15 +69,91 @@ def _fail_on_last_rank(rank, world_size):
     return rank
 
 
-def _sleep(rank, world_size):
-    time.sleep(60)
+def _tasks(rank, world_size, tasks):
+    """Run ``[(name, kwargs), ...]`` of the ``_task_*`` functions in one world, in order."""
+    return {name: globals()[f"_task_{name.split(':')[0]}"](rank, world_size, **kw) for name, kw in tasks}
 
 
-def _iterable_parts(rank, world_size, n):
+def _task_epoch(rank, world_size, n, batch_size, seed, drop_last=False, num_workers=0):
+    _torch_seed(rank)
+    loader = seqloader.DataLoader(Items(n), batch_size=batch_size, shuffle=True, seed=seed,
+                                  drop_last=drop_last, num_workers=num_workers)
+    return {"seed": loader.seed, "len": len(loader), "batches": [b.tolist() for b in loader],
+            "state": loader.state_dict()}
+
+
+def _task_save(rank, world_size, n, batch_size, steps):
+    _torch_seed(rank)
+    loader = seqloader.DataLoader(Items(n), batch_size=batch_size, shuffle=True, seed=None)
+    it = iter(loader)
+    batches = [next(it).tolist() for _ in range(steps)]
+    return {"batches": batches, "state": json.dumps(loader.state_dict())}
+
+
+def _task_resume(rank, world_size, n, batch_size, state):
+    _torch_seed(rank, phase=1)
+    loader = seqloader.DataLoader(Items(n), batch_size=batch_size, shuffle=True, seed=None)
+    loader.load_state_dict(json.loads(state))
+    return {"batches": [b.tolist() for b in loader], "state": loader.state_dict()}
+
+
+def _task_iterable(rank, world_size, n):
     ds = as_iterable_dataset(range(n))  # rank and world size from the process group
     loader = torch.utils.data.DataLoader(ds, batch_size=2)
     return {"rank": ds.rank, "world_size": ds.world_size, "len": len(ds),
             "items": [i for b in loader for i in b.tolist()]}
+
+
+def _task_distributed_sampler(rank, world_size, n, batch_size, steps):
+    """Two epochs through an explicit DistributedSampler, then a save/resume in epoch 1."""
+    ds = Items(n)
+
+    def make():
+        sampler = DistributedSampler(ds, shuffle=True, seed=7)
+        return sampler, seqloader.DataLoader(ds, batch_size=batch_size, sampler=sampler, seed=3)
+
+    sampler, loader = make()
+    epochs, expected = [], []
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        expected.append([list(b) for b in BatchSampler(list(sampler), batch_size, False)])
+        epochs.append([b.tolist() for b in loader])
+    sampler, loader = make()
+    sampler.set_epoch(0)
+    list(loader)
+    sampler.set_epoch(1)
+    it = iter(loader)
+    head = [next(it).tolist() for _ in range(steps)]
+    state = json.dumps(loader.state_dict())
+    sampler, loader = make()
+    loader.load_state_dict(json.loads(state))
+    sampler.set_epoch(json.loads(state)["epoch"])  # the user's sampler still needs its epoch
+    tail = [b.tolist() for b in loader]
+    return {"epochs": epochs, "expected": expected, "head": head, "tail": tail,
+            "state": json.loads(state)}
+
+
+def _task_ddp(rank, world_size, n, batch_size, num_workers):
+    torch.manual_seed(rank)  # DDP broadcasts rank 0's initial parameters
+    model = DistributedDataParallel(torch.nn.Linear(4, 1))
+    initial = [p.detach().clone().flatten().tolist() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = seqloader.DataLoader(Regression(n), batch_size=batch_size, shuffle=True, seed=0,
+                                  num_workers=num_workers)
+    losses, seen = [], []
+    for x, y, i in loader:
+        loss = ((model(x).squeeze(1) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        seen += i.tolist()
+    return {"len": len(loader), "losses": losses, "seen": seen, "initial": initial,
+            "weights": [p.detach().flatten().tolist() for p in model.parameters()]}
+
+
+def _sleep(rank, world_size):
+    time.sleep(60)
 
 
 # -- run_distributed -----------------------------------------------------------------------------
@@ -51,11 +169,158 @@ def test_a_hung_world_is_terminated_after_the_timeout(tmp_path):
         run_distributed(_sleep, 1, workdir=tmp_path, timeout=3)
 
 
-# -- as_iterable_dataset under a real process group ---------------------------------------------
+# -- worlds (each started once per module) ------------------------------------------------------
 
-def test_as_iterable_dataset_reads_rank_and_world_size_from_the_process_group(tmp_path):
+EPOCHS = {  # name: (n, batch_size, seed, drop_last, num_workers)
+    "epoch:seed=None": dict(n=10, batch_size=2, seed=None),
+    "epoch:seed=5": dict(n=11, batch_size=3, seed=5),
+    "epoch:drop_last": dict(n=11, batch_size=2, seed=5, drop_last=True),
+}
+N_RESUME, BS_RESUME = 25, 2
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    tasks = [*EPOCHS.items(),
+             ("epoch:workers", dict(n=13, batch_size=2, seed=9, num_workers=1)),
+             ("save", dict(n=N_RESUME, batch_size=BS_RESUME, steps=2)),
+             ("distributed_sampler", dict(n=12, batch_size=2, steps=1)),
+             ("ddp", dict(n=32, batch_size=4, num_workers=1))]
+    return run_distributed(_tasks, 2, (tasks,), workdir=tmp_path_factory.mktemp("two"))
+
+
+@pytest.fixture(scope="module")
+def three_ranks(tmp_path_factory):
+    tasks = [*EPOCHS.items(),
+             ("iterable", dict(n=11)),
+             ("save", dict(n=N_RESUME, batch_size=BS_RESUME, steps=1))]
+    return run_distributed(_tasks, 3, (tasks,), workdir=tmp_path_factory.mktemp("three"))
+
+
+def _resumed(world_size, saved, workdir):
+    state = saved[0]["save"]["state"]
+    tasks = [("resume", dict(n=N_RESUME, batch_size=BS_RESUME, state=state))]
+    return run_distributed(_tasks, world_size, (tasks,), workdir=workdir)
+
+
+def _global_order(n, seed):
+    """The epoch-0 order in a single process: what every rank of a world shares."""
+    (batch,) = seqloader.DataLoader(Items(n), batch_size=n, shuffle=True, seed=seed)
+    return batch.tolist()
+
+
+def _by_position(parts, world_size, start=0):
+    """``{global position: item}`` from each rank's flattened items (rank r's j-th at r + j*w)."""
+    out = {}
+    for r, items in enumerate(parts):
+        for j, item in enumerate(items):
+            p = start + r + j * world_size
+            assert p not in out, f"position {p} read twice"
+            out[p] = item
+    return out
+
+
+# -- sharding ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("world, name", [*((w, name) for w in ("two_ranks", "three_ranks") for name in EPOCHS),
+                                         ("two_ranks", "epoch:workers")])
+def test_ranks_read_disjoint_shards_of_one_global_order(world, name, request):
+    results = request.getfixturevalue(world)
+    w = len(results)
+    runs = [res[name] for res in results]
+    cfg = {**dict(drop_last=False), **(EPOCHS.get(name) or dict(n=13, batch_size=2, seed=9))}
+    n, bs, drop_last = cfg["n"], cfg["batch_size"], cfg["drop_last"]
+    seeds = {run["seed"] for run in runs}
+    assert len(seeds) == 1, f"ranks disagree on the seed: {seeds}"
+    order = _global_order(n, seeds.pop())
+    # the oracle: torch's DistributedSampler layout over the shared global order, then batching
+    for r, run in enumerate(runs):
+        layout = DistributedSampler(range(n), num_replicas=w, rank=r, shuffle=False, drop_last=drop_last)
+        want = [[order[i] for i in b] for b in BatchSampler(list(layout), bs, drop_last)]
+        assert run["batches"] == want
+        assert run["len"] == len(want) == len(runs[0]["batches"])  # equal batch counts on every rank
+        assert run["state"] == runs[0]["state"]  # the state is the same on every rank
+        assert (run["state"]["epoch"], run["state"]["position"]) == (1, 0)
+    items = _by_position([_flat(run["batches"]) for run in runs], w)
+    real = [items[p] for p in sorted(items) if p < n]
+    padding = {p: items[p] for p in items if p >= n}
+    assert len(set(real)) == len(real), "shards overlap"
+    if drop_last:
+        assert not padding and n - w * bs < len(real) <= n
+    else:
+        assert sorted(real) == list(range(n)), "shards do not cover the dataset"
+        assert padding == {p: order[p - n] for p in padding}  # padding wraps to the order's start
+        assert len(padding) == -n % w
+
+
+def test_seed_none_is_rank_zeros_draw_broadcast(two_ranks, three_ranks):
+    for results in (two_ranks, three_ranks):
+        seeds = [res["epoch:seed=None"]["seed"] for res in results]
+        with torch.random.fork_rng():
+            torch.manual_seed(1000)  # rank 0's torch seed
+            rank0 = draw_seed()
+            torch.manual_seed(1001)  # rank 1's: it would have drawn another seed on its own
+            rank1 = draw_seed()
+        assert rank0 != rank1
+        assert seeds == [rank0] * len(results)
+
+
+def test_as_iterable_dataset_reads_rank_and_world_size_from_the_process_group(three_ranks):
     n = 11
-    parts = run_distributed(_iterable_parts, 3, (n,), workdir=tmp_path)
+    parts = [res["iterable"] for res in three_ranks]
     assert [(p["rank"], p["world_size"]) for p in parts] == [(0, 3), (1, 3), (2, 3)]
     assert [p["items"] for p in parts] == [list(range(r, n, 3)) for r in range(3)]
     assert [p["len"] for p in parts] == [4, 4, 3]
+
+
+# -- elastic resume ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("saved_world, resumed_world", [("two_ranks", 3), ("three_ranks", 2)])
+def test_a_state_saved_with_one_world_size_resumes_with_another(saved_world, resumed_world, request,
+                                                                 tmp_path):
+    saved = request.getfixturevalue(saved_world)
+    w1, w2 = len(saved), resumed_world
+    states = [json.loads(res["save"]["state"]) for res in saved]
+    assert all(s == states[0] for s in states), "ranks saved different states"
+    state = states[0]
+    steps = len(saved[0]["save"]["batches"])
+    assert state["position"] == steps * BS_RESUME * w1  # samples of the global order, all ranks
+    assert state["saved_with"]["world_size"] == w1
+
+    resumed = _resumed(w2, saved, tmp_path)
+    order = _global_order(N_RESUME, state["seed"])
+    before = _by_position([_flat(res["save"]["batches"]) for res in saved], w1)
+    after = _by_position([_flat(res["resume"]["batches"]) for res in resumed], w2,
+                         start=state["position"])
+    assert set(before) == set(range(state["position"]))
+    everything = {**before, **after}
+    real = [everything[p] for p in range(N_RESUME)]
+    assert real == order and sorted(real) == list(range(N_RESUME))  # exactly once, in order
+    padding = {p: v for p, v in after.items() if p >= N_RESUME}
+    assert padding == {p: order[p - N_RESUME] for p in padding}
+    lengths = {len(res["resume"]["batches"]) for res in resumed}
+    assert len(lengths) == 1, "resumed ranks ran different numbers of steps"
+    ends = [res["resume"]["state"] for res in resumed]
+    assert all(e == ends[0] for e in ends) and (ends[0]["epoch"], ends[0]["position"]) == (1, 0)
+
+
+# -- torch's own DistributedSampler and DDP ------------------------------------------------------
+
+def test_an_explicit_distributed_sampler_resumes_exactly(two_ranks):
+    parts = [res["distributed_sampler"] for res in two_ranks]
+    for p in parts:
+        assert p["epochs"] == p["expected"]  # the loader reads exactly the sampler's indices
+        assert p["epochs"][0] != p["epochs"][1]  # set_epoch reshuffles
+        assert p["head"] + p["tail"] == p["epochs"][1]
+        assert (p["state"]["epoch"], p["state"]["position"]) == (1, 2)  # position: this rank's samples
+    for epoch in range(2):
+        assert sorted(_flat(parts[0]["epochs"][epoch]) + _flat(parts[1]["epochs"][epoch])) == list(range(12))
+
+
+def test_ddp_trains_one_epoch_through_the_loader(two_ranks):
+    parts = [res["ddp"] for res in two_ranks]
+    assert parts[0]["initial"] == parts[1]["initial"]  # DDP broadcast rank 0's parameters
+    assert parts[0]["weights"] == parts[1]["weights"]  # and kept the replicas in sync
+    assert parts[0]["weights"] != parts[0]["initial"]
+    assert [len(p["losses"]) for p in parts] == [p["len"] for p in parts] == [4, 4]
+    assert sorted(parts[0]["seen"] + parts[1]["seen"]) == list(range(32))
