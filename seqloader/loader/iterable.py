@@ -201,15 +201,33 @@ class IterableIterator:
         self._globals = _StreamGlobals(loader.seed, loader._epoch) if nw == 0 else None
         self._it = iter(inner)
         self._done = False
+        self._started = False
+        self._pending: Optional[_Out] = None
 
     def __iter__(self):
         return self
 
     def _step(self) -> _Out:
+        if self._it is None:
+            raise StopIteration
         if self._globals is None:
             return next(self._it)
         with self._globals:
             return next(self._it)
+
+    def _read(self) -> Optional[_Out]:
+        """The next batch record (placeholders skipped, ended streams noted), or ``None`` at the end."""
+        progress: IterableProgress = self._loader._iterable
+        while True:
+            try:
+                out = self._step()
+            except StopIteration:
+                self._close()
+                return None
+            if out.exhausted:
+                progress.workers[out.worker]["exhausted"] = True
+            if not out.skip:
+                return out
 
     def __next__(self):
         loader = self._loader
@@ -219,26 +237,27 @@ class IterableIterator:
             self._close()
             raise RuntimeError("DataLoader: this iterator was superseded by a later iter(loader) or "
                                "load_state_dict(); iterate the loader again")
+        # One batch of look-ahead: the epoch ends (and its counter advances) when its last batch
+        # is yielded, as for map-style datasets, so a state saved then starts the next epoch.
+        out = self._pending if self._started else self._read()
+        self._started = True
+        if out is None:
+            self._close()
+            loader._next_epoch()
+            raise StopIteration
+        self._pending = self._read()
         progress: IterableProgress = loader._iterable
-        while True:
-            try:
-                out = self._step()
-            except StopIteration:
-                self._close()
-                loader._next_epoch()
-                raise
-            w = progress.workers[out.worker]
-            if out.exhausted:
-                w["exhausted"] = True
-            if out.skip:
-                continue
-            w["batches"], w["state"] = out.batches, out.state
-            progress.next_worker = (out.worker + 1) % len(progress.workers)
-            loader._position += 1
-            batch = out.batch
-            if self._pin_device is not None:
-                batch = _pin(batch, self._pin_device)
-            return batch
+        w = progress.workers[out.worker]
+        w["batches"], w["state"] = out.batches, out.state
+        progress.next_worker = (out.worker + 1) % len(progress.workers)
+        loader._position += 1
+        if self._pending is None:
+            self._done = True
+            loader._next_epoch()
+        batch = out.batch
+        if self._pin_device is not None:
+            batch = _pin(batch, self._pin_device)
+        return batch
 
     def _close(self) -> None:
         self._done = True
