@@ -226,7 +226,7 @@ def worker_main(config: WorkerConfig, jobs, results, dataset: Any, seq: Any) -> 
 def describe_exit(exitcode: int | None) -> str:
     """``"was killed by SIGKILL"`` / ``"exited unexpectedly with exit code 3"``."""
     if exitcode is None:
-        return "stopped responding"
+        return "exited (its exit status was collected elsewhere)"
     if exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name

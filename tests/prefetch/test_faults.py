@@ -1,0 +1,237 @@
+"""Faults: errors in items, dead workers, timeouts, a dead reader, and cleanup on every exit path.
+
+The ``no_leaks`` fixture (tests/conftest.py) runs around every test here: it fails if a worker
+process or a ``/dev/shm/seqloader_*`` segment outlives the test.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import psutil
+import pytest
+
+import seqloader as sl
+from seqloader.prefetch import prefetch
+
+
+class Boom:
+    """Item ``bad`` raises ``ValueError``; the others are their index."""
+
+    def __init__(self, n=10, bad=3):
+        self.n, self.bad = n, bad
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            raise ValueError(f"bad item {i}")
+        return i
+
+
+class NeedsTwoArgs(Exception):
+    def __init__(self, a, b):
+        super().__init__(f"{a}+{b}")
+
+
+class Dies:
+    """Item ``bad`` kills its worker with ``how``."""
+
+    def __init__(self, how, bad=2):
+        self.how, self.bad = how, bad
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            if self.how == "SIGKILL":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif self.how == "exit":
+                os._exit(3)
+            elif self.how == "segfault":
+                faulthandler.disable()  # pytest enables it; keep the worker's crash quiet
+                ctypes.string_at(0)
+            elif self.how == "unpicklable_error":
+                raise NeedsTwoArgs(1, 2)
+        return i
+
+
+class Slow:
+    def __init__(self, seconds, n=4):
+        self.seconds, self.n = seconds, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(self.seconds)
+        return i
+
+
+def failing_init(worker_id):
+    raise KeyError(f"no config for worker {worker_id}")
+
+
+def test_an_item_error_keeps_its_type_and_message_and_names_item_and_worker():
+    with prefetch(Boom(), num_workers=2) as p:
+        assert p[0] == 0
+        with pytest.raises(ValueError, match=r"^bad item 3") as info:
+            list(p)
+        assert str(info.value) == "bad item 3"
+        notes = info.value.__notes__
+        assert any("item 3" in n and "worker" in n and "pid" in n for n in notes), notes
+        assert "in __getitem__" in str(info.value.__cause__) and "bad item 3" in str(info.value.__cause__)
+        assert p[4] == 4 and list(p[5:]) == [5, 6, 7, 8, 9]
+
+
+def boom_at_5(i):
+    return Boom(10, bad=5)[i]
+
+
+def test_a_note_added_inside_the_pipeline_survives():
+    seq = sl.batch(sl.smap(boom_at_5, range(10)), 4, collate_fn=list)
+    with prefetch(seq, num_workers=1) as p:
+        with pytest.raises(ValueError, match="bad item 5") as info:
+            p[1]
+    notes = info.value.__notes__
+    assert any("smap(boom_at_5" in n and "at item 5" in n for n in notes), notes
+    assert any("item 1 of prefetch" in n for n in notes), notes
+
+
+def test_an_exception_that_cannot_be_pickled_keeps_its_type_when_it_can():
+    with prefetch(Dies("unpicklable_error"), num_workers=1) as p:
+        with pytest.raises(RuntimeError, match=r"NeedsTwoArgs: 1\+2") as info:
+            p[2]
+    assert "NeedsTwoArgs" in str(info.value.__cause__)
+
+
+def test_an_unpicklable_item_is_a_type_error():
+    with prefetch(sl.smap(lambda i: (lambda: i), range(3)), num_workers=1) as p:
+        with pytest.raises(TypeError, match=r"item 0 cannot be sent to the parent process"):
+            p[0]
+
+
+@pytest.mark.parametrize("how, match", [
+    ("SIGKILL", r"seqloader worker \d \(pid \d+\) was killed by SIGKILL while producing item 2"),
+    ("exit", r"seqloader worker \d \(pid \d+\) exited unexpectedly with exit code 3 while producing item 2"),
+    ("segfault", r"seqloader worker \d \(pid \d+\) was killed by SIGSEGV while producing item 2"),
+])
+def test_a_dead_worker_is_a_runtime_error_naming_worker_pid_and_signal(how, match):
+    p = prefetch(Dies(how), num_workers=2)
+    with pytest.raises(RuntimeError, match=match):
+        list(p)
+    assert p.closed
+    with pytest.raises(ValueError, match="after an earlier error"):
+        p[0]
+
+
+def test_a_worker_killed_from_outside_while_idle_is_detected():
+    with prefetch(range(100), num_workers=2, prefetch_factor=1) as p:
+        assert p[0] == 0
+        victim = psutil.Process().children()[0]
+        victim.kill()
+        while victim.status() != psutil.STATUS_ZOMBIE:  # do not reap it: its parent must
+            time.sleep(0.01)
+        with pytest.raises(RuntimeError, match=rf"seqloader worker \d \(pid {victim.pid}\) was killed by SIGKILL"):
+            list(p)
+
+
+def test_timeout_raises_and_leaves_the_prefetch_usable():
+    with prefetch(Slow(1.0), num_workers=1, prefetch_factor=1, timeout=0.2) as p:
+        with pytest.raises(RuntimeError, match=r"timed out after 0.2 seconds waiting for item 0 from worker 0"):
+            p[0]
+    with prefetch(Slow(0.0), num_workers=1, timeout=5) as p:
+        assert list(p) == [0, 1, 2, 3]
+
+
+def test_a_failing_worker_init_fn_raises_its_error_in_the_reader():
+    p = prefetch(range(4), num_workers=2, worker_init_fn=failing_init)
+    with pytest.raises(KeyError, match="no config for worker") as info:
+        p[0]
+    assert any("worker_init_fn failed in worker" in n for n in info.value.__notes__)
+    assert p.closed
+
+
+_READER = textwrap.dedent("""
+    import os, sys, time
+    from seqloader.prefetch import prefetch
+    import numpy as np
+    p = prefetch([np.zeros(1000)] * 100, num_workers=2)
+    p[0]
+    import psutil
+    print(" ".join(str(c.pid) for c in psutil.Process().children()), flush=True)
+    time.sleep(60)
+""")
+
+
+def test_workers_exit_on_their_own_when_the_reader_is_killed():
+    reader = subprocess.Popen([sys.executable, "-c", _READER], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    pids = [int(x) for x in reader.stdout.readline().split()]
+    workers = [psutil.Process(pid) for pid in pids]
+    assert len(workers) == 2
+    reader.kill()
+    reader.wait()
+    reader.stdout.close()
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive
+
+
+def _slow_item(i):
+    time.sleep(0.5 if i >= 2 else 0)
+    return i
+
+
+def test_keyboard_interrupt_in_the_reader_then_gc_leaves_nothing():
+    p = prefetch(sl.smap(_slow_item, range(10)), num_workers=2, prefetch_factor=1)
+    assert p[0] == 0
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        list(p)
+    timer.join()
+    del p
+    gc.collect()
+
+
+def test_break_del_and_gc_leave_nothing():
+    p = prefetch(sl.smap(lambda i: [i] * 10, range(50)), num_workers=2)
+    for i, _ in enumerate(p):
+        if i == 5:
+            break
+    del p
+    gc.collect()
+
+
+def test_an_abandoned_iterator_and_prefetch_are_collected():
+    it = iter(prefetch(range(50), num_workers=2))
+    next(it)
+    del it
+    gc.collect()
+
+
+def test_exhausted_then_deleted_leaves_nothing():
+    p = prefetch(range(20), num_workers=2)
+    assert list(p) == list(range(20))
+    del p
+
+
+def test_held_results_outlive_the_prefetch_without_leaking_segments():
+    import numpy as np
+
+    p = prefetch(sl.smap(lambda i: np.full(10_000, i), range(8)), num_workers=2)
+    kept = list(p)
+    del p
+    gc.collect()
+    assert [int(k[0]) for k in kept] == list(range(8))

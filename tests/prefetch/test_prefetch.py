@@ -1,0 +1,325 @@
+"""Behaviour of ``seqloader.prefetch``: ordering, seeks, reset, seeding, worker info, start methods.
+
+Datasets are module-level classes so that they pickle for ``spawn``/``forkserver``.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import os
+import pickle
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import seqloader as sl
+from seqloader.prefetch import Prefetch, prefetch
+from seqloader.prefetch.seeding import seed_globals
+from seqloader.prefetch.worker import dumps_seq
+
+
+class Pids:
+    """Item ``i`` is ``(i, pid of the process computing it)``."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return i, os.getpid()
+
+
+class Recording:
+    """Marks every item it computes in a shared array (fork only)."""
+
+    def __init__(self, n):
+        self.n = n
+        self.seen = multiprocessing.get_context("fork").Array("i", n, lock=False)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.seen[i] += 1
+        return i
+
+
+class Draws:
+    """Item ``i`` draws from all three global RNGs."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return random.random(), float(np.random.random()), float(torch.rand(()))
+
+
+class Info:
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return None
+        return info.id, info.num_workers, info.seed, type(info.dataset).__name__, os.environ.get("SEQLOADER_TEST_INIT")
+
+
+def init_env(worker_id):
+    info = torch.utils.data.get_worker_info()
+    os.environ["SEQLOADER_TEST_INIT"] = f"{worker_id}/{info.num_workers}"
+
+
+Point = collections.namedtuple("Point", "x y")
+
+
+class Nested:
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        return {
+            "np": np.full((3, 4), i, dtype=np.float32),
+            "fortran": np.asfortranarray(np.arange(12).reshape(3, 4) + i),
+            "strided": np.arange(20)[::3] + i,
+            "objects": np.array([i, "x"], dtype=object),
+            "tensor": (torch.full((2, 2), i), [torch.tensor(i, dtype=torch.bfloat16)]),
+            "bool": torch.tensor([True, False]),
+            "empty": torch.empty(0, 3),
+            "transposed": torch.arange(6).reshape(2, 3).t() + i,
+            "point": Point(torch.tensor([i]), np.int64(i)),
+            "plain": ("s", i, None),
+        }
+
+
+def test_matches_the_sequence_including_negative_indices_and_slices():
+    data = list(range(0, 100, 3))
+    with prefetch(data, num_workers=2) as p:
+        assert isinstance(p, Prefetch) and isinstance(p, sl.LazySequence)
+        assert len(p) == len(data)
+        assert list(p) == data
+        assert p[-1] == data[-1] and p[0] == data[0]
+        assert list(p[5:20:4]) == data[5:20:4]
+        assert list(p[::-1]) == data[::-1]
+        with pytest.raises(IndexError, match=r"index 34 out of range \[-34, 34\)"):
+            p[34]
+        assert repr(p) == "prefetch(num_workers=2, prefetch_factor=2, len=34)"
+
+
+def test_items_are_computed_in_workers_which_are_long_lived():
+    with prefetch(Pids(40), num_workers=2) as p:
+        first = [p[i] for i in range(40)]
+        p[3], p[30], p[-2]  # seeks
+        p.reset(Pids(10))
+        later = list(p)
+    pids = {pid for _, pid in first}
+    assert [i for i, _ in first] == list(range(40)) and [i for i, _ in later] == list(range(10))
+    assert os.getpid() not in pids and len(pids) == 2
+    assert {pid for _, pid in later} <= pids
+
+
+def test_a_seek_never_computes_the_items_it_skips():
+    ds = Recording(200)
+    with prefetch(ds, num_workers=1, prefetch_factor=1, multiprocessing_context="fork") as p:
+        assert p[0] == 0
+        assert p[150] == 150
+        assert p[151] == 151
+        assert p[10] == 10
+    seen = list(ds.seen)
+    assert all(c == 0 for c in seen[12:150]), [j for j in range(12, 150) if seen[j]]
+    assert seen[0] == 1 and seen[150] == 1 and seen[10] == 1
+
+
+def test_seek_backwards_and_repeat_reads_return_the_right_items():
+    with prefetch(range(50), num_workers=2, prefetch_factor=3) as p:
+        order = [7, 7, 3, 49, 0, 1, 2, 48, 25, 26, 20]
+        assert [p[i] for i in order] == order
+
+
+def test_exhaustion_does_not_wrap_and_reading_again_restarts():
+    with prefetch(range(5), num_workers=2) as p:
+        assert list(p) == [0, 1, 2, 3, 4]
+        assert list(p) == [0, 1, 2, 3, 4]
+
+
+def test_reset_retargets_the_same_workers_at_a_new_sequence_and_epoch():
+    data = np.arange(1000) * 2
+    with prefetch(sl.gather(data, np.arange(10)), num_workers=2, dataset=data) as p:
+        assert list(p) == list(range(0, 20, 2))
+        p.reset(sl.gather(data, np.arange(500, 505)), epoch=1)
+        assert len(p) == 5 and list(p) == [1000, 1002, 1004, 1006, 1008]
+        p.reset(range(3))
+        assert list(p) == [0, 1, 2]
+
+
+def test_reset_sends_the_dataset_by_reference_not_by_value():
+    big = np.zeros(1_000_000, dtype=np.uint8)
+    small = dumps_seq(sl.gather(big, np.arange(4)), big)
+    assert len(small) < 2_000 < big.nbytes
+    assert len(pickle.dumps(sl.gather(big, np.arange(4)))) > big.nbytes
+
+
+def test_seed_makes_global_rng_draws_independent_of_workers_and_order():
+    expected = []
+    for i in range(12):
+        seed_globals(5, 2, i)
+        expected.append(Draws()[i])
+    with prefetch(Draws(), num_workers=1, seed=5, epoch=2) as p:
+        assert list(p) == expected
+    with prefetch(Draws(), num_workers=2, prefetch_factor=1, seed=5, epoch=2) as p:
+        assert [p[i] for i in [11, 3, 4, 0]] == [expected[i] for i in [11, 3, 4, 0]]
+        p.reset(Draws(), seed=5, epoch=3)
+        assert p[0] != expected[0]
+
+
+def test_worker_info_and_worker_init_fn_like_torch():
+    with prefetch(Info(), num_workers=2, worker_init_fn=init_env, base_seed=1000) as p:
+        got = list(p)
+    assert {g[0] for g in got} == {0, 1}
+    for wid, n, seed, ds_name, init in got:
+        assert n == 2 and seed == 1000 + wid and ds_name == "Info" and init == f"{wid}/2"
+
+
+def test_worker_info_dataset_is_the_dataset_argument():
+    data = list(range(8))
+    with prefetch(sl.gather(Info(), np.arange(8)), num_workers=1, dataset=Info()) as p:
+        assert p[0][3] == "Info"
+    with prefetch(data, num_workers=1) as p:
+        assert p[0] == 0
+
+
+def test_torch_worker_info_false_hides_it_from_items_only():
+    with prefetch(Info(), num_workers=2, worker_init_fn=init_env, torch_worker_info=False) as p:
+        assert list(p) == [None] * 8
+
+
+def test_default_worker_seeds_come_from_torchs_generator():
+    torch.manual_seed(0)
+    with prefetch(Info(), num_workers=2) as p:
+        a = {g[0]: g[2] for g in p}
+    torch.manual_seed(0)
+    with prefetch(Info(), num_workers=2) as p:
+        b = {g[0]: g[2] for g in p}
+    assert a == b and a[1] == a[0] + 1
+
+
+def _check_nested(got, i):
+    want = Nested()[i]
+    for key in ("np", "fortran", "strided"):
+        np.testing.assert_array_equal(got[key], want[key])
+        assert got[key].dtype == want[key].dtype
+    assert got["objects"].tolist() == want["objects"].tolist()
+    assert torch.equal(got["tensor"][0], want["tensor"][0])
+    assert got["tensor"][1][0].dtype == torch.bfloat16 and got["tensor"][1][0].item() == i
+    assert torch.equal(got["bool"], want["bool"]) and got["empty"].shape == (0, 3)
+    assert torch.equal(got["transposed"], want["transposed"])
+    assert isinstance(got["point"], Point) and got["point"].y == i and torch.equal(got["point"].x, want["point"].x)
+    assert got["plain"] == ("s", i, None)
+
+
+def test_nested_arrays_and_tensors_round_trip():
+    with prefetch(Nested(), num_workers=2) as p:
+        for i in range(len(p)):
+            _check_nested(p[i], i)
+
+
+def test_returned_batches_are_never_overwritten():
+    n = 60
+    with prefetch(sl.smap(lambda i: torch.full((1000,), i), range(n)), num_workers=2) as p:
+        kept = list(p)
+        views = [p[i][::7] for i in range(n)]
+        more = list(p)
+    assert all(torch.equal(kept[i], torch.full((1000,), i)) for i in range(n))
+    assert all(torch.equal(views[i], torch.full((143,), i)) for i in range(n))
+    assert all(torch.equal(more[i], torch.full((1000,), i)) for i in range(n))
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_start_methods_pickle_the_sequence(method):
+    data = Nested()
+    with prefetch(data, num_workers=2, multiprocessing_context=method, worker_init_fn=init_env) as p:
+        _check_nested(p[4], 4)
+        _check_nested(p[0], 0)
+        p.reset(sl.gather(data, [5, 1]), epoch=1)
+        _check_nested(p[0], 5)
+        _check_nested(p[1], 1)
+
+
+def test_context_object_is_accepted():
+    with prefetch(range(4), 1, multiprocessing_context=multiprocessing.get_context("fork")) as p:
+        assert list(p) == [0, 1, 2, 3]
+
+
+def test_an_empty_sequence_starts_no_worker():
+    p = prefetch([], num_workers=2)
+    assert len(p) == 0 and list(p) == []
+    with pytest.raises(IndexError):
+        p[0]
+    p.close()
+
+
+def test_close_is_idempotent_and_reading_after_it_raises():
+    p = prefetch(range(10), num_workers=2)
+    assert p[0] == 0
+    p.close()
+    p.close()
+    assert p.closed and len(p) == 10
+    with pytest.raises(ValueError, match=r"read or reset after close\(\)"):
+        p[1]
+    with pytest.raises(ValueError, match=r"after close"):
+        p.reset(range(3))
+
+
+def test_values_stay_valid_after_close():
+    p = prefetch(sl.smap(lambda i: np.full(100, i), range(4)), num_workers=1)
+    kept = list(p)
+    p.close()
+    assert [int(k.sum()) for k in kept] == [0, 100, 200, 300]
+
+
+def test_a_prefetch_cannot_be_pickled():
+    with prefetch(range(3), 1) as p:
+        with pytest.raises(TypeError, match="cannot be pickled"):
+            pickle.dumps(p)
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"num_workers": 0}, ValueError, r"prefetch: num_workers must be a positive int \(got 0\); to evaluate"),
+    ({"num_workers": True}, TypeError, r"prefetch: num_workers must be an int \(got bool"),
+    ({"num_workers": 1, "prefetch_factor": 0}, ValueError, r"prefetch: prefetch_factor must be a positive int"),
+    ({"num_workers": 1, "timeout": -1}, ValueError, r"prefetch: timeout must be >= 0 \(got -1\)"),
+    ({"num_workers": 1, "timeout": "5"}, TypeError, r"prefetch: timeout must be a number"),
+    ({"num_workers": 1, "multiprocessing_context": "thread"}, ValueError, r"'thread' is not a start method"),
+    ({"num_workers": 1, "multiprocessing_context": 3}, TypeError, r"multiprocessing_context must be None"),
+    ({"num_workers": 1, "worker_init_fn": 3}, TypeError, r"worker_init_fn must be callable"),
+    ({"num_workers": 1, "seed": -1}, ValueError, r"prefetch: seed must be a non-negative int"),
+    ({"num_workers": 1, "epoch": 1.5}, TypeError, r"prefetch: epoch must be an int"),
+    ({"num_workers": 1, "torch_worker_info": 1}, TypeError, r"torch_worker_info must be a bool"),
+])
+def test_argument_errors_name_the_argument(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        prefetch(range(3), **kwargs)
+
+
+def test_seq_without_len_is_a_type_error():
+    with pytest.raises(TypeError, match=r"prefetch: seq must be a sequence with len\(\)"):
+        prefetch(iter(range(3)), 1)
+    with prefetch(range(3), 1) as p:
+        with pytest.raises(TypeError, match=r"prefetch.reset: seq must be a sequence"):
+            p.reset(5)
+        with pytest.raises(ValueError, match=r"prefetch.reset: epoch must be a non-negative int"):
+            p.reset(range(2), epoch=-1)
+        assert list(p) == [0, 1, 2]
+
+
+def test_reset_with_an_unpicklable_sequence_is_a_type_error_and_changes_nothing():
+    with prefetch(range(5), 1) as p:
+        assert p[0] == 0
+        with pytest.raises(TypeError, match="prefetch.reset: seq cannot be pickled"):
+            p.reset(sl.smap(lambda x: x, range(3)))
+        assert len(p) == 5 and p[1] == 1
