@@ -10,9 +10,10 @@ from seqloader.sequences.shape import batch
 from seqloader.sequences.shard import shard
 from seqloader.prefetch import Prefetch, prefetch
 from seqloader.integrations.torch_iterable import as_iterable_dataset
+from seqloader.integrations.distributed import run_distributed
 from seqloader.loader.dataloader import DataLoader, StatefulDataLoader
 from seqloader.loader.sampling import BijectiveShuffleSampler
 
 __version__ = "0.1.0"
 
-__all__ = ["LazySequence", "smap", "rng_map", "gather", "shuffle", "concatenate", "repeat", "batch", "shard", "prefetch", "Prefetch", "as_iterable_dataset", "DataLoader", "StatefulDataLoader", "BijectiveShuffleSampler", "__version__"]
+__all__ = ["LazySequence", "smap", "rng_map", "gather", "shuffle", "concatenate", "repeat", "batch", "shard", "prefetch", "Prefetch", "as_iterable_dataset", "run_distributed", "DataLoader", "StatefulDataLoader", "BijectiveShuffleSampler", "__version__"]
