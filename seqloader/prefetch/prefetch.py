@@ -102,7 +102,13 @@ class _Crew:
             for w in range(self.num_workers):
                 config = WorkerConfig(w, self.num_workers, base, os.getpid(), self.worker_init_fn, gen, seed, epoch,
                                       self.torch_worker_info)
-                h = WorkerHandle(self.ctx, config, self.dataset, seq)
+                try:
+                    h = WorkerHandle(self.ctx, config, self.dataset, seq)
+                except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                    raise TypeError(f"prefetch: cannot start worker {w} with the "
+                                    f"{self.ctx.get_start_method()!r} start method, which pickles the "
+                                    f"sequence, dataset and worker_init_fn ({type(exc).__name__}: {exc}); "
+                                    "make them picklable (module-level functions) or use 'fork'") from exc
                 self.handles.append(h)
                 self._poll.register(h.results.fileno(), select.POLLIN)
                 self._poll.register(h.sentinel, select.POLLIN)
@@ -269,9 +275,16 @@ class Prefetch(LazySequence):
         if i != self._next_read:
             self._retarget()
             self._next_read = self._next_submit = i
-        self._fill()
-        if i not in self._ready:
-            self._wait_for(i)
+        try:
+            self._fill()
+            if i not in self._ready:
+                self._wait_for(i)
+        except KeyboardInterrupt:
+            # Interrupted anywhere in the bookkeeping: start a new generation so the next read
+            # cannot wait for a reply that was half-handled.
+            self._retarget()
+            self._next_read = self._next_submit = -1
+            raise
         msg, h = self._ready.pop(i)
         self._next_read = i + 1
         self._fill()
@@ -300,7 +313,10 @@ class Prefetch(LazySequence):
             h = crew.free_worker()
             if h is None:
                 return
-            crew.submit(h, self._gen, self._next_submit)
+            try:
+                crew.submit(h, self._gen, self._next_submit)
+            except OSError:  # its pipe is broken: the worker is gone
+                self._fail_dead(h, self._next_read)
             self._next_submit += 1
 
     def _wait_for(self, i: int) -> None:
@@ -338,6 +354,10 @@ class Prefetch(LazySequence):
             report = pickle.loads(msg.report)
             exc = _rebuild_error(report, f"seqloader: {msg.stage} failed in worker {h.worker_id} (pid {h.pid})")
             self._fail(f"{msg.stage} failed in worker {h.worker_id}", exc)
+        while h.pending and h.pending[0][:2] != (msg.gen, msg.index):
+            h.pending.popleft()  # a reply lost to an interrupt: never wait for it
+        if not h.pending:  # pragma: no cover - defensive: a reply for no job
+            return
         gen, index, sid = h.pending.popleft()
         crew = self._crew
         crew.pool.mapped_by_worker(sid)

@@ -247,6 +247,10 @@ class WorkerHandle:
                                    name=f"seqloader-worker-{config.worker_id}", daemon=True)
         try:
             self.process.start()
+        except BaseException:
+            self.jobs.close()
+            self.results.close()
+            raise
         finally:
             jobs_r.close()
             results_w.close()

@@ -201,6 +201,7 @@ def test_keyboard_interrupt_in_the_reader_then_gc_leaves_nothing():
     with pytest.raises(KeyboardInterrupt):
         list(p)
     timer.join()
+    assert p[1] == 1  # still usable
     del p
     gc.collect()
 
@@ -235,3 +236,10 @@ def test_held_results_outlive_the_prefetch_without_leaking_segments():
     del p
     gc.collect()
     assert [int(k[0]) for k in kept] == list(range(8))
+
+
+def test_spawn_with_an_unpicklable_worker_init_fn_is_a_type_error():
+    p = prefetch(range(3), 1, multiprocessing_context="spawn", worker_init_fn=lambda w: None)
+    with pytest.raises(TypeError, match=r"cannot start worker 0 with the 'spawn' start method"):
+        p[0]
+    assert p.closed
