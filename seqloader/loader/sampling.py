@@ -80,7 +80,7 @@ def sampler_globals(seed: int, epoch: int) -> Iterator[None]:
     with preserved_globals():
         random.seed(s)
         np.random.seed(s & 0xFFFFFFFF)
-        torch.manual_seed(s)
+        torch.default_generator.manual_seed(s)
         yield
 
 
