@@ -59,14 +59,16 @@ class DataLoader(torch.utils.data.DataLoader):
     caller's RNG states are left as they were.
 
     Args:
-        dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory,
-        drop_last, timeout, worker_init_fn, multiprocessing_context, generator, prefetch_factor,
-        persistent_workers, pin_memory_device, in_order: as in torch. ``shuffle=True`` uses a
-        permutation derived from ``(seed, epoch)`` instead of a ``RandomSampler``. A custom
-        ``sampler``/``batch_sampler`` is iterated (indices only) at the start of each epoch; if it
-        has ``state_dict``/``load_state_dict`` its state from the start of the epoch is saved.
-        :class:`~seqloader.BijectiveShuffleSampler` is read in O(1) per batch. Batches are always
-        yielded in order (``in_order=False`` is accepted and changes nothing).
+        dataset: as in torch, and so are ``batch_size``, ``shuffle``, ``sampler``,
+            ``batch_sampler``, ``num_workers``, ``collate_fn``, ``pin_memory``, ``drop_last``,
+            ``timeout``, ``worker_init_fn``, ``multiprocessing_context``, ``generator``,
+            ``prefetch_factor``, ``persistent_workers``, ``pin_memory_device`` and ``in_order``.
+            ``shuffle=True`` uses a permutation derived from ``(seed, epoch)`` instead of a
+            ``RandomSampler``. A custom ``sampler``/``batch_sampler`` is iterated (indices only)
+            at the start of each epoch; if it has ``state_dict``/``load_state_dict`` its state
+            from the start of the epoch is saved. :class:`~seqloader.BijectiveShuffleSampler` is
+            read in O(1) per batch. Batches are always yielded in order (``in_order=False`` is
+            accepted and changes nothing).
         seed: an int in ``[0, 2**64)``; ``None`` draws one from ``generator`` (torch's default
             generator if ``None``), so ``torch.manual_seed`` before construction reproduces runs.
 
@@ -317,7 +319,7 @@ class _Workers:
 
         # EpochBatches seeds the global RNGs per batch itself, so Prefetch's per-item seeding
         # stays off (seed=None); workers start from a base seed derived from (seed, epoch).
-        if self.prefetch is not None and loader.persistent_workers:
+        if self.prefetch is not None and loader.persistent_workers and not self.prefetch.closed:
             self.prefetch.reset(seq, seed=None, epoch=seq._epoch)
             return self.prefetch
         self.close()

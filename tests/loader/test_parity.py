@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import itertools
 
 import numpy as np
 import pytest
@@ -157,3 +158,27 @@ def test_exported_names():
     assert seqloader.DataLoader is seqloader.StatefulDataLoader
     assert issubclass(seqloader.DataLoader, torch.utils.data.DataLoader)
     assert "BijectiveShuffleSampler" in seqloader.__all__
+
+
+class Failing(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 5:
+            raise KeyError("no item 5")
+        return i
+
+
+@pytest.mark.parametrize("num_workers, persistent", [(0, False), (2, False), (2, True)])
+def test_dataset_errors_keep_their_type_and_gain_a_note(num_workers, persistent):
+    loader = DataLoader(Failing(), batch_size=2, num_workers=num_workers, seed=0,
+                        persistent_workers=persistent)
+    with pytest.raises(KeyError, match="no item 5") as err:
+        list(loader)
+    assert any("seqloader: raised in DataLoader at item 4" in n for n in err.value.__notes__)
+    # the loader is still usable: the next epoch fails at the same place, after the same batches
+    it = iter(loader)
+    assert [b.tolist() for b in itertools.islice(it, 2)] == [[0, 1], [2, 3]]
+    with pytest.raises(KeyError):
+        next(it)
