@@ -182,3 +182,25 @@ def test_dataset_errors_keep_their_type_and_gain_a_note(num_workers, persistent)
     assert [b.tolist() for b in itertools.islice(it, 2)] == [[0, 1], [2, 3]]
     with pytest.raises(KeyError):
         next(it)
+
+
+class WhoAmI(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        info = get_worker_info()
+        return (info.id, info.num_workers, type(info.dataset).__name__, WhoAmI.initialised)
+
+    initialised = False
+
+
+def _init_worker(worker_id):
+    WhoAmI.initialised = True
+
+
+def test_map_style_workers_see_worker_info_and_run_worker_init_fn():
+    loader = DataLoader(WhoAmI(), batch_size=None, num_workers=2, worker_init_fn=_init_worker, seed=0)
+    got = list(loader)
+    assert {g[0] for g in got} <= {0, 1}
+    assert all(list(g[1:]) == [2, "WhoAmI", True] for g in got)

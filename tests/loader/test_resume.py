@@ -364,3 +364,9 @@ def test_zero_length_epochs_advance_the_epoch():
     loader = DataLoader(list(range(3)), batch_size=4, drop_last=True, seed=0)
     assert list(loader) == [] and loader.state_dict()["epoch"] == 1
     assert list(loader) == [] and loader.state_dict()["epoch"] == 2
+
+
+def test_batches_do_not_depend_on_num_workers():
+    want = list(make_shuffled(0))
+    for nw in (1,):
+        assert_batches_equal(list(make_shuffled(nw)), want, f"num_workers={nw}")
