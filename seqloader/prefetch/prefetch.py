@@ -11,149 +11,26 @@ one small message. Results travel through shared memory (:mod:`seqloader.prefetc
 from __future__ import annotations
 
 import multiprocessing
-import os
 import pickle
-import select
 import time
 import weakref
 from typing import Any, Callable, Sequence
 
-import torch
-
 from seqloader.errors import add_note, check_int, check_nonnegative_int, check_positive_int
-from seqloader.prefetch.messages import Cancelled, Forget, Job, Result, Retarget, WorkerConfig, WorkerFailed
-from seqloader.prefetch.shm import SlotPool, read_and_release
-from seqloader.prefetch.worker import WorkerHandle, dumps_seq
-from seqloader.rng import check_seed, derive_seed
+from seqloader.prefetch.crew import Crew, WorkerHandle
+from seqloader.prefetch.messages import Cancelled, Result, Retarget, WorkerFailed
+from seqloader.prefetch.shm import read_and_release
+from seqloader.prefetch.worker import dumps_seq
+from seqloader.rng import check_seed
 from seqloader.sequences.base import LazySequence
 
 __all__ = ["Prefetch", "prefetch"]
 
 #: Longest single wait (seconds) before the reader re-checks that every worker is alive.
 STATUS_CHECK_INTERVAL = 5.0
-#: How long :meth:`Prefetch.close` lets workers exit on their own before SIGTERM.
-JOIN_TIMEOUT = 2.0
 
-# NOTE [ seqloader prefetch: ownership and the shutdown protocol ]
-#
-# Who owns what.
-#   * The reader (the process holding the Prefetch) owns the worker processes, both ends of
-#     every pipe it kept, and every shared-memory slot (SlotPool). Workers own nothing but
-#     their mappings. Each slot belongs to one worker; its *name* is unlinked as soon as that
-#     worker has replied once for it, so after warm-up /dev/shm holds no name at all and no
-#     crash of any process can leave a file behind.
-#   * A value returned to the caller that contains arrays/tensors holds a *lease* on its slot;
-#     the slot is reused only after every view of that value is garbage. A returned batch is
-#     never overwritten.
-#
-# Messages (messages.py). Parent -> worker on the worker's own job pipe: Job, Retarget, Forget,
-# Stop. Worker -> parent on its result pipe: exactly one Result/Failure/Cancelled per Job, in
-# order, or WorkerFailed before exiting. Pipe messages are small (bulk data is in the slots),
-# so a worker never blocks on a full result pipe while the parent blocks sending it a Retarget.
-#
-# Every blocking wait is bounded and checks liveness.
-#   * Reader: multiprocessing.connection.wait() on all result pipes *and* all process
-#     sentinels, so a worker's death (SIGKILL, os._exit, segfault) wakes it at once; it drains
-#     that worker's pipe, then raises RuntimeError naming worker, pid and signal, after closing
-#     everything (below). With timeout > 0, waiting longer than that for one item raises
-#     RuntimeError("... timed out after N seconds ...") and leaves the Prefetch usable.
-#   * Worker: polls its job pipe every PARENT_CHECK_INTERVAL (0.25 s) and exits on its own when
-#     its parent pid changes or the reader's pid is gone (reader SIGKILLed), or on EOF/EPIPE;
-#     on that path it also unlinks any slot name it was given that might still exist.
-#   * Workers ignore SIGINT: Ctrl-C raises KeyboardInterrupt in the reader only, and the
-#     reader's close()/finalizer stops the workers.
-#
-# close() -- idempotent; also run by weakref.finalize when the Prefetch is garbage collected
-# and at interpreter exit (after an error, `break`, `del`, KeyboardInterrupt):
-#   1. mark closed (a later read raises ValueError);
-#   2. send Stop to every worker: a worker that sees Stop among its queued messages exits
-#      without computing the jobs queued before it;
-#   3. join all workers against one JOIN_TIMEOUT deadline (a worker busy in a long item cannot
-#      see Stop), then SIGTERM, then SIGKILL; close the pipes;
-#   4. destroy every slot: unlink any remaining name, close descriptors and mappings (a mapping
-#      still exported by a leased value is unmapped when that value dies).
-# Exhausting the sequence does *not* stop the workers: they are long-lived (seeks, reset()) and
-# idle cheaply in poll(); the Prefetch owns them until close(), `with`, del or gc.
-
-
-class _Crew:
-    """The workers, their slots and their pending jobs: everything :meth:`close` releases."""
-
-    def __init__(self, ctx, num_workers: int, prefetch_factor: int, worker_init_fn, dataset: Any,
-                 base_seed: int | None, seed: int | None, torch_worker_info: bool):
-        self.ctx, self.num_workers, self.prefetch_factor = ctx, num_workers, prefetch_factor
-        self.worker_init_fn, self.dataset = worker_init_fn, dataset
-        self.base_seed, self.seed, self.torch_worker_info = base_seed, seed, torch_worker_info
-        self.handles: list[WorkerHandle] = []
-        self.pool = SlotPool(num_workers, keep=prefetch_factor + 1)
-        self.closed = False
-        self._rr = 0
-        self._poll = select.poll()  # every result pipe and process sentinel
-        self._by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
-
-    def start(self, seq, gen: int, seed, epoch: int) -> None:
-        base = self.base_seed
-        if base is None:
-            if self.seed is None:  # like torch: drawn from the global generator when workers start
-                base = int(torch.empty((), dtype=torch.int64).random_().item())
-            else:
-                base = derive_seed(self.seed, "worker", 0) >> 2
-        try:
-            for w in range(self.num_workers):
-                config = WorkerConfig(w, self.num_workers, base, os.getpid(), self.worker_init_fn, gen, seed, epoch,
-                                      self.torch_worker_info)
-                try:
-                    h = WorkerHandle(self.ctx, config, self.dataset, seq)
-                except (pickle.PicklingError, TypeError, AttributeError) as exc:
-                    raise TypeError(f"prefetch: cannot start worker {w} with the "
-                                    f"{self.ctx.get_start_method()!r} start method, which pickles the "
-                                    f"sequence, dataset and worker_init_fn ({type(exc).__name__}: {exc}); "
-                                    "make them picklable (module-level functions) or use 'fork'") from exc
-                self.handles.append(h)
-                self._poll.register(h.results.fileno(), select.POLLIN)
-                self._poll.register(h.sentinel, select.POLLIN)
-                self._by_fd[h.results.fileno()] = (h, False)
-                self._by_fd[h.sentinel] = (h, True)
-        except BaseException:
-            self.close()
-            raise
-
-    def poll(self, timeout: float) -> list[tuple[WorkerHandle, bool]]:
-        """Wait up to ``timeout`` s for replies or exits: ``[(worker, is_exit), ...]``."""
-        return [self._by_fd[fd] for fd, _ in self._poll.poll(int(timeout * 1000))]
-
-    def free_worker(self) -> WorkerHandle | None:
-        """The worker with the fewest pending jobs among those below ``prefetch_factor``."""
-        best = None
-        n = len(self.handles)
-        for k in range(n):
-            h = self.handles[(self._rr + k) % n]
-            if len(h.pending) < self.prefetch_factor and (best is None or len(h.pending) < len(best.pending)):
-                best = h
-        self._rr = (self._rr + 1) % n
-        return best
-
-    def submit(self, h: WorkerHandle, gen: int, index: int) -> None:
-        forgotten = self.pool.take_forgotten(h.worker_id)
-        if forgotten:
-            h.send(Forget(forgotten))
-        sid, name = self.pool.acquire(h.worker_id)
-        h.send(Job(gen, index, sid, name))
-        h.pending.append((gen, index, sid))
-
-    def close(self) -> None:
-        """The shutdown protocol (see the NOTE above); idempotent."""
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            for h in self.handles:
-                h.stop()
-            deadline = time.monotonic() + JOIN_TIMEOUT
-            for h in self.handles:
-                h.join(deadline)
-        finally:
-            self.pool.close()
+# NOTE: ownership of processes and shared memory, the messages, the liveness checks and the
+# shutdown protocol are described in the NOTE next to Crew.close() in crew.py.
 
 
 class _RemoteTraceback(Exception):
@@ -196,7 +73,7 @@ class Prefetch(LazySequence):
         self._next_read = self._next_submit = 0
         self._ready: dict[int, tuple] = {}  # index -> (Result or Failure, worker handle)
         self._broken: str | None = None
-        self._crew = _Crew(ctx, num_workers, prefetch_factor, worker_init_fn, self._dataset, base_seed, seed,
+        self._crew = Crew(ctx, num_workers, prefetch_factor, worker_init_fn, self._dataset, base_seed, seed,
                            torch_worker_info)
         self._finalizer = weakref.finalize(self, self._crew.close)
 

@@ -5,8 +5,7 @@ A worker owns one sequence (replaced by :class:`~seqloader.prefetch.messages.Ret
 and writes the result into the job's shared-memory slot (:mod:`seqloader.prefetch.shm`). Set-up
 mirrors torch's ``_worker_loop``: one intra-op thread, ``random``/``numpy``/torch seeded from
 ``base_seed + worker_id``, ``torch.utils.data.get_worker_info()`` set, then ``worker_init_fn``.
-The shutdown protocol is described next to :meth:`Prefetch.close
-<seqloader.prefetch.prefetch.Prefetch.close>`.
+The parent's side (process handles, the shutdown protocol) is in :mod:`seqloader.prefetch.crew`.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import pickle
 import random
 import select
 import signal
-import time
 import traceback
 from typing import Any
 
@@ -40,7 +38,7 @@ from seqloader.prefetch.messages import (
 from seqloader.prefetch.seeding import seed_globals
 from seqloader.prefetch.shm import WorkerSlots, write_payload
 
-__all__ = ["WorkerHandle", "dumps_seq", "error_report", "loads_seq", "recv", "send", "worker_main"]
+__all__ = ["dumps_seq", "error_report", "loads_seq", "recv", "send", "worker_main"]
 
 #: How often (seconds) an idle worker checks that its parent is alive.
 PARENT_CHECK_INTERVAL = 0.25
@@ -218,83 +216,3 @@ def worker_main(config: WorkerConfig, jobs, results, dataset: Any, seq: Any) -> 
         parent_gone = True
     finally:
         slots.close(unlink=parent_gone)
-
-
-# --------------------------------------------------------------------------- the parent's handle
-
-
-def describe_exit(exitcode: int | None) -> str:
-    """``"was killed by SIGKILL"`` / ``"exited unexpectedly with exit code 3"``."""
-    if exitcode is None:
-        return "exited (its exit status was collected elsewhere)"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:  # pragma: no cover
-            name = f"signal {-exitcode}"
-        return f"was killed by {name}"
-    return f"exited unexpectedly with exit code {exitcode}"
-
-
-class WorkerHandle:
-    """The parent's side of one worker: process, job pipe, result pipe, jobs awaiting a reply."""
-
-    def __init__(self, ctx, config: WorkerConfig, dataset: Any, seq: Any):
-        self.worker_id = config.worker_id
-        jobs_r, self.jobs = ctx.Pipe(duplex=False)
-        self.results, results_w = ctx.Pipe(duplex=False)
-        self.process = ctx.Process(target=worker_main, args=(config, jobs_r, results_w, dataset, seq),
-                                   name=f"seqloader-worker-{config.worker_id}", daemon=True)
-        try:
-            self.process.start()
-        except BaseException:
-            self.jobs.close()
-            self.results.close()
-            raise
-        finally:
-            jobs_r.close()
-            results_w.close()
-        self.pid = self.process.pid
-        self.sentinel = self.process.sentinel
-        self.pending: collections.deque = collections.deque()  # (gen, index, slot_id)
-        self._poll = select.poll()
-        self._poll.register(self.results.fileno(), select.POLLIN)
-
-    def readable(self) -> bool:
-        """Whether a reply (or EOF) is waiting on the result pipe."""
-        return bool(self._poll.poll(0))
-
-    def send(self, msg) -> None:
-        send(self.jobs, msg)
-
-    def recv(self):
-        return recv(self.results)
-
-    def exit_description(self) -> str:
-        self.process.join(timeout=1.0)  # the sentinel fires a moment before the exit code is ready
-        return describe_exit(self.process.exitcode)
-
-    def stop(self) -> None:
-        """Ask the worker to exit (it does so before computing anything else)."""
-        try:
-            send(self.jobs, Stop())
-        except (OSError, ValueError):  # already dead or closed
-            pass
-
-    def join(self, deadline: float) -> None:
-        """Wait until ``deadline`` (``time.monotonic``), then SIGTERM, then SIGKILL; close pipes."""
-        p = self.process
-        if p.pid is not None:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=1.0)
-            if p.is_alive():  # pragma: no cover - ignores SIGTERM
-                p.kill()
-                p.join(timeout=5.0)
-        for conn in (self.jobs, self.results):
-            conn.close()
-        try:
-            p.close()
-        except ValueError:  # pragma: no cover - still running after SIGKILL
-            pass

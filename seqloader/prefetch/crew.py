@@ -1,0 +1,226 @@
+"""The parent's side of the workers: process handles, job scheduling, and the shutdown protocol.
+
+:class:`WorkerHandle` is one worker process with its two pipes and the jobs it has not answered;
+:class:`Crew` is the set of workers plus their shared-memory :class:`~seqloader.prefetch.shm.SlotPool`:
+everything a :class:`~seqloader.prefetch.prefetch.Prefetch` must release in ``close()``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+import select
+import signal
+import time
+from typing import Any
+
+import torch
+
+from seqloader.prefetch.messages import Forget, Job, Stop, WorkerConfig
+from seqloader.prefetch.shm import SlotPool
+from seqloader.prefetch.worker import recv, send, worker_main
+from seqloader.rng import derive_seed
+
+__all__ = ["Crew", "WorkerHandle", "describe_exit"]
+
+#: How long :meth:`Prefetch.close` lets workers exit on their own before SIGTERM.
+JOIN_TIMEOUT = 2.0
+
+# NOTE [ seqloader prefetch: ownership and the shutdown protocol ]
+#
+# Who owns what.
+#   * The reader (the process holding the Prefetch) owns the worker processes, both ends of
+#     every pipe it kept, and every shared-memory slot (SlotPool). Workers own nothing but
+#     their mappings. Each slot belongs to one worker; its *name* is unlinked as soon as that
+#     worker has replied once for it, so after warm-up /dev/shm holds no name at all and no
+#     crash of any process can leave a file behind.
+#   * A value returned to the caller that contains arrays/tensors holds a *lease* on its slot;
+#     the slot is reused only after every view of that value is garbage. A returned batch is
+#     never overwritten.
+#
+# Messages (messages.py). Parent -> worker on the worker's own job pipe: Job, Retarget, Forget,
+# Stop. Worker -> parent on its result pipe: exactly one Result/Failure/Cancelled per Job, in
+# order, or WorkerFailed before exiting. Pipe messages are small (bulk data is in the slots),
+# so a worker never blocks on a full result pipe while the parent blocks sending it a Retarget.
+#
+# Every blocking wait is bounded and checks liveness.
+#   * Reader: one select.poll() on all result pipes *and* all process
+#     sentinels, so a worker's death (SIGKILL, os._exit, segfault) wakes it at once; it drains
+#     that worker's pipe, then raises RuntimeError naming worker, pid and signal, after closing
+#     everything (below). With timeout > 0, waiting longer than that for one item raises
+#     RuntimeError("... timed out after N seconds ...") and leaves the Prefetch usable.
+#   * Worker: polls its job pipe every PARENT_CHECK_INTERVAL (0.25 s) and exits on its own when
+#     its parent pid changes or the reader's pid is gone (reader SIGKILLed), or on EOF/EPIPE;
+#     on that path it also unlinks any slot name it was given that might still exist.
+#   * Workers ignore SIGINT: Ctrl-C raises KeyboardInterrupt in the reader only, and the
+#     reader's close()/finalizer stops the workers.
+#
+# close() -- idempotent; also run by weakref.finalize when the Prefetch is garbage collected
+# and at interpreter exit (after an error, `break`, `del`, KeyboardInterrupt):
+#   1. mark closed (a later read raises ValueError);
+#   2. send Stop to every worker: a worker that sees Stop among its queued messages exits
+#      without computing the jobs queued before it;
+#   3. join all workers against one JOIN_TIMEOUT deadline (a worker busy in a long item cannot
+#      see Stop), then SIGTERM, then SIGKILL; close the pipes;
+#   4. destroy every slot: unlink any remaining name, close descriptors and mappings (a mapping
+#      still exported by a leased value is unmapped when that value dies).
+# Exhausting the sequence does *not* stop the workers: they are long-lived (seeks, reset()) and
+# idle cheaply in poll(); the Prefetch owns them until close(), `with`, del or gc.
+
+
+class Crew:
+    """The workers, their slots and their pending jobs: everything :meth:`close` releases."""
+
+    def __init__(self, ctx, num_workers: int, prefetch_factor: int, worker_init_fn, dataset: Any,
+                 base_seed: int | None, seed: int | None, torch_worker_info: bool):
+        self.ctx, self.num_workers, self.prefetch_factor = ctx, num_workers, prefetch_factor
+        self.worker_init_fn, self.dataset = worker_init_fn, dataset
+        self.base_seed, self.seed, self.torch_worker_info = base_seed, seed, torch_worker_info
+        self.handles: list[WorkerHandle] = []
+        self.pool = SlotPool(num_workers, keep=prefetch_factor + 1)
+        self.closed = False
+        self._rr = 0
+        self._poll = select.poll()  # every result pipe and process sentinel
+        self._by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
+
+    def start(self, seq, gen: int, seed, epoch: int) -> None:
+        base = self.base_seed
+        if base is None:
+            if self.seed is None:  # like torch: drawn from the global generator when workers start
+                base = int(torch.empty((), dtype=torch.int64).random_().item())
+            else:
+                base = derive_seed(self.seed, "worker", 0) >> 2
+        try:
+            for w in range(self.num_workers):
+                config = WorkerConfig(w, self.num_workers, base, os.getpid(), self.worker_init_fn, gen, seed, epoch,
+                                      self.torch_worker_info)
+                try:
+                    h = WorkerHandle(self.ctx, config, self.dataset, seq)
+                except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                    raise TypeError(f"prefetch: cannot start worker {w} with the "
+                                    f"{self.ctx.get_start_method()!r} start method, which pickles the "
+                                    f"sequence, dataset and worker_init_fn ({type(exc).__name__}: {exc}); "
+                                    "make them picklable (module-level functions) or use 'fork'") from exc
+                self.handles.append(h)
+                self._poll.register(h.results.fileno(), select.POLLIN)
+                self._poll.register(h.sentinel, select.POLLIN)
+                self._by_fd[h.results.fileno()] = (h, False)
+                self._by_fd[h.sentinel] = (h, True)
+        except BaseException:
+            self.close()
+            raise
+
+    def poll(self, timeout: float) -> list[tuple[WorkerHandle, bool]]:
+        """Wait up to ``timeout`` s for replies or exits: ``[(worker, is_exit), ...]``."""
+        return [self._by_fd[fd] for fd, _ in self._poll.poll(int(timeout * 1000))]
+
+    def free_worker(self) -> WorkerHandle | None:
+        """The worker with the fewest pending jobs among those below ``prefetch_factor``."""
+        best = None
+        n = len(self.handles)
+        for k in range(n):
+            h = self.handles[(self._rr + k) % n]
+            if len(h.pending) < self.prefetch_factor and (best is None or len(h.pending) < len(best.pending)):
+                best = h
+        self._rr = (self._rr + 1) % n
+        return best
+
+    def submit(self, h: WorkerHandle, gen: int, index: int) -> None:
+        forgotten = self.pool.take_forgotten(h.worker_id)
+        if forgotten:
+            h.send(Forget(forgotten))
+        sid, name = self.pool.acquire(h.worker_id)
+        h.send(Job(gen, index, sid, name))
+        h.pending.append((gen, index, sid))
+
+    def close(self) -> None:
+        """The shutdown protocol (see the NOTE above); idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            for h in self.handles:
+                h.stop()
+            deadline = time.monotonic() + JOIN_TIMEOUT
+            for h in self.handles:
+                h.join(deadline)
+        finally:
+            self.pool.close()
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``"was killed by SIGKILL"`` / ``"exited unexpectedly with exit code 3"``."""
+    if exitcode is None:
+        return "exited (its exit status was collected elsewhere)"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:  # pragma: no cover
+            name = f"signal {-exitcode}"
+        return f"was killed by {name}"
+    return f"exited unexpectedly with exit code {exitcode}"
+
+
+class WorkerHandle:
+    """The parent's side of one worker: process, job pipe, result pipe, jobs awaiting a reply."""
+
+    def __init__(self, ctx, config: WorkerConfig, dataset: Any, seq: Any):
+        self.worker_id = config.worker_id
+        jobs_r, self.jobs = ctx.Pipe(duplex=False)
+        self.results, results_w = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=worker_main, args=(config, jobs_r, results_w, dataset, seq),
+                                   name=f"seqloader-worker-{config.worker_id}", daemon=True)
+        try:
+            self.process.start()
+        except BaseException:
+            self.jobs.close()
+            self.results.close()
+            raise
+        finally:
+            jobs_r.close()
+            results_w.close()
+        self.pid = self.process.pid
+        self.sentinel = self.process.sentinel
+        self.pending: collections.deque = collections.deque()  # (gen, index, slot_id)
+        self._poll = select.poll()
+        self._poll.register(self.results.fileno(), select.POLLIN)
+
+    def readable(self) -> bool:
+        """Whether a reply (or EOF) is waiting on the result pipe."""
+        return bool(self._poll.poll(0))
+
+    def send(self, msg) -> None:
+        send(self.jobs, msg)
+
+    def recv(self):
+        return recv(self.results)
+
+    def exit_description(self) -> str:
+        self.process.join(timeout=1.0)  # the sentinel fires a moment before the exit code is ready
+        return describe_exit(self.process.exitcode)
+
+    def stop(self) -> None:
+        """Ask the worker to exit (it does so before computing anything else)."""
+        try:
+            send(self.jobs, Stop())
+        except (OSError, ValueError):  # already dead or closed
+            pass
+
+    def join(self, deadline: float) -> None:
+        """Wait until ``deadline`` (``time.monotonic``), then SIGTERM, then SIGKILL; close pipes."""
+        p = self.process
+        if p.pid is not None:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=1.0)
+            if p.is_alive():  # pragma: no cover - ignores SIGTERM
+                p.kill()
+                p.join(timeout=5.0)
+        for conn in (self.jobs, self.results):
+            conn.close()
+        try:
+            p.close()
+        except ValueError:  # pragma: no cover - still running after SIGKILL
+            pass
