@@ -95,9 +95,21 @@ class Prefetch(LazySequence):
         self.close()
 
     def close(self) -> None:
-        """Stop the workers and free every shared-memory slot; idempotent (see the NOTE in code).
+        """Stop the workers and free every shared-memory slot; idempotent.
 
-        Values already returned stay valid. Reading after ``close`` raises ``ValueError``.
+        The shutdown protocol is the NOTE next to ``Crew.close`` in ``seqloader/prefetch/crew.py``
+        and in ``docs/design.md``. Values already returned stay valid. Reading after ``close``
+        raises ``ValueError``.
+
+        Example:
+            >>> p = prefetch(range(3), num_workers=1)
+            >>> x = p[2]
+            >>> p.close(); p.close()  # idempotent
+            >>> p.closed, x
+            (True, 2)
+            >>> p[0]
+            Traceback (most recent call last):
+            ValueError: prefetch(num_workers=1, prefetch_factor=2, len=3): read or reset after close(); create a new prefetch
         """
         self._ready.clear()
         self._finalizer()
@@ -123,6 +135,16 @@ class Prefetch(LazySequence):
         Raises:
             TypeError: ``seq`` has no ``len`` or cannot be pickled; bad ``seed``/``epoch`` types.
             ValueError: negative ``seed``/``epoch``, or the Prefetch is closed.
+
+        Example:
+            >>> with prefetch(range(5), num_workers=1) as p:
+            ...     first = list(p)
+            ...     p.reset(range(10, 13), epoch=1)
+            ...     len(p), list(p)
+            (3, [10, 11, 12])
+            >>> p.reset(range(3))
+            Traceback (most recent call last):
+            ValueError: prefetch(...): read or reset after close(); create a new prefetch
         """
         self._check_open()
         n = _check_seq("prefetch.reset", seq)

@@ -161,7 +161,16 @@ class _Slot:
     def __init__(self, name: str, fd: int, size: int, worker: int):
         self.name, self.fd, self.worker = name, fd, worker
         self.state = "busy"  # "busy" (in a job or a result not yet read), "leased" or "free"
-        self.mm = mmap.mmap(fd, size)
+        self.mm = _map(fd, size)
+
+
+def _map(fd: int, size: int) -> mmap.mmap:
+    """Map a slot in the parent.
+
+    Not ``MADV_DONTFORK``: a process forked later (a worker of another loader) may legitimately
+    read a value the caller kept, so it must inherit the mapping.
+    """
+    return mmap.mmap(fd, size)
 
 
 class SlotPool:
@@ -210,7 +219,7 @@ class SlotPool:
         slot = self._slots[slot_id]
         if len(slot.mm) != size:
             slot.mm.close()  # no lease can exist: the slot was in a job
-            slot.mm = mmap.mmap(slot.fd, size)
+            slot.mm = _map(slot.fd, size)
             self._size = max(self._size, size)
         return slot.mm
 
