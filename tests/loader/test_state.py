@@ -73,6 +73,7 @@ def test_saved_with_is_ignored_and_the_seed_comes_from_the_state():
     ("drop_last", 0, "'drop_last' must be a bool"),
     ("iterable", {"workers": []}, "'iterable' must be None or a dict"),
     ("extra", 1, "unknown keys \\['extra'\\]"),
+    ("position", 10, "'position' is 10 in the state_dict but an epoch of this loader has 10 samples"),
 ])
 def test_mismatch_or_malformed_raises_and_leaves_the_loader_untouched(key, value, match):
     loader = make()
