@@ -79,6 +79,20 @@ class Slow:
         return i
 
 
+def make_closure(i):
+    return lambda: i  # an item that cannot be pickled
+
+
+def ten_copies(i):
+    return [i] * 10
+
+
+def big_array(i):
+    import numpy as np
+
+    return np.full(10_000, i)
+
+
 def failing_init(worker_id):
     raise KeyError(f"no config for worker {worker_id}")
 
@@ -117,7 +131,7 @@ def test_an_exception_that_cannot_be_pickled_keeps_its_type_when_it_can():
 
 
 def test_an_unpicklable_item_is_a_type_error():
-    with prefetch(sl.smap(lambda i: (lambda: i), range(3)), num_workers=1) as p:
+    with prefetch(sl.smap(make_closure, range(3)), num_workers=1) as p:
         with pytest.raises(TypeError, match=r"item 0 cannot be sent to the parent process"):
             p[0]
 
@@ -207,7 +221,7 @@ def test_keyboard_interrupt_in_the_reader_then_gc_leaves_nothing():
 
 
 def test_break_del_and_gc_leave_nothing():
-    p = prefetch(sl.smap(lambda i: [i] * 10, range(50)), num_workers=2)
+    p = prefetch(sl.smap(ten_copies, range(50)), num_workers=2)
     for i, _ in enumerate(p):
         if i == 5:
             break
@@ -229,9 +243,7 @@ def test_exhausted_then_deleted_leaves_nothing():
 
 
 def test_held_results_outlive_the_prefetch_without_leaking_segments():
-    import numpy as np
-
-    p = prefetch(sl.smap(lambda i: np.full(10_000, i), range(8)), num_workers=2)
+    p = prefetch(sl.smap(big_array, range(8)), num_workers=2)
     kept = list(p)
     del p
     gc.collect()

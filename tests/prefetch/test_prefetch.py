@@ -78,6 +78,14 @@ def init_env(worker_id):
 Point = collections.namedtuple("Point", "x y")
 
 
+def full_1000(i):
+    return torch.full((1000,), i)
+
+
+def full_100(i):
+    return np.full(100, i)
+
+
 class Nested:
     def __len__(self):
         return 6
@@ -230,7 +238,7 @@ def test_nested_arrays_and_tensors_round_trip():
 
 def test_returned_batches_are_never_overwritten():
     n = 60
-    with prefetch(sl.smap(lambda i: torch.full((1000,), i), range(n)), num_workers=2) as p:
+    with prefetch(sl.smap(full_1000, range(n)), num_workers=2) as p:
         kept = list(p)
         views = [p[i][::7] for i in range(n)]
         more = list(p)
@@ -276,7 +284,7 @@ def test_close_is_idempotent_and_reading_after_it_raises():
 
 
 def test_values_stay_valid_after_close():
-    p = prefetch(sl.smap(lambda i: np.full(100, i), range(4)), num_workers=1)
+    p = prefetch(sl.smap(full_100, range(4)), num_workers=1)
     kept = list(p)
     p.close()
     assert [int(k.sum()) for k in kept] == [0, 100, 200, 300]

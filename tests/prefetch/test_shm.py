@@ -14,6 +14,14 @@ from seqloader.prefetch import prefetch
 from seqloader.prefetch.shm import SHM_PREFIX, SlotPool, WorkerSlots, read_and_release, write_payload
 
 
+def full_1000(i):
+    return np.full(1000, i)
+
+
+def sized(n):
+    return np.full(n, n % 251, dtype=np.uint8)
+
+
 def _names():
     return {n for n in os.listdir("/dev/shm") if n.startswith(f"{SHM_PREFIX}{os.getpid()}_")}
 
@@ -111,7 +119,7 @@ def test_names_are_unlinked_once_the_worker_has_mapped_them(pool):
 
 
 def test_a_running_prefetch_keeps_no_names_in_dev_shm():
-    with prefetch(sl.smap(lambda i: np.full(1000, i), range(30)), num_workers=2) as p:
+    with prefetch(sl.smap(full_1000, range(30)), num_workers=2) as p:
         kept = [p[i] for i in range(10)]
         assert len(_names()) <= 4  # only slots whose first job is still in flight
         rest = list(p[10:])
@@ -123,6 +131,6 @@ def test_a_running_prefetch_keeps_no_names_in_dev_shm():
 
 def test_growing_results_in_a_prefetch():
     sizes = [10, 100_000, 10, 3_000_000, 50, 2_000_000]
-    with prefetch(sl.smap(lambda n: np.full(n, n % 251, dtype=np.uint8), sizes), num_workers=2) as p:
+    with prefetch(sl.smap(sized, sizes), num_workers=2) as p:
         for n, got in zip(sizes, p):
             assert got.shape == (n,) and got[-1] == n % 251
