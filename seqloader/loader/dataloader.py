@@ -184,6 +184,8 @@ class DataLoader(torch.utils.data.DataLoader):
         if self.timeout and self.num_workers == 0:
             raise ValueError(f"DataLoader: timeout={self.timeout} needs num_workers > 0 (got "
                              "num_workers=0); set timeout=0 or use worker processes")
+        if self.num_workers > 0:
+            self.check_worker_number_rationality()
         pin_device = _pin_device(self)
         generation = self._begin()
         if self._is_iterable:
@@ -194,6 +196,10 @@ class DataLoader(torch.utils.data.DataLoader):
         if self.num_workers > 0 and len(seq) > 0:
             source = self._workers.open(self, seq)
         return _MapIterator(self, generation, seq, source, pin_device)
+
+    def _get_iterator(self):
+        """torch's hook for a new iterator: ours (never torch's single/multi-process iterators)."""
+        return self.__iter__()
 
     # -- state ---------------------------------------------------------------------------------
 

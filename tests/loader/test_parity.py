@@ -204,3 +204,10 @@ def test_map_style_workers_see_worker_info_and_run_worker_init_fn():
     got = list(loader)
     assert {g[0] for g in got} <= {0, 1}
     assert all(list(g[1:]) == [2, "WhoAmI", True] for g in got)
+
+
+def test_torchs_iterator_hook_returns_ours():
+    loader = DataLoader(list(range(4)), batch_size=2, seed=0)
+    it = loader._get_iterator()
+    assert [b.tolist() for b in it] == [[0, 1], [2, 3]]
+    assert loader.state_dict()["epoch"] == 1
