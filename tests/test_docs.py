@@ -70,6 +70,15 @@ def test_every_public_name_has_an_api_entry():
     assert not unknown, f"docs/api/*.rst document names that are not in seqloader.__all__: {unknown}"
 
 
+def test_readme_comparison_torch_dataloader_has_no_resume_state():
+    """Backs the README's table: torch's DataLoader has no state_dict/load_state_dict; ours does."""
+    import torch.utils.data
+
+    for method in ("state_dict", "load_state_dict"):
+        assert not hasattr(torch.utils.data.DataLoader, method)
+        assert callable(getattr(seqloader.DataLoader, method))
+
+
 def test_python_blocks_skips_other_languages_and_not_run_blocks():
     sample = "a\n```python\nx = 1\n```\n<!-- not-run: needs torchrun -->\n```python\ny\n```\n```bash\nls\n```\n"
     assert python_blocks(sample) == ["x = 1\n"]
