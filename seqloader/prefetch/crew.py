@@ -80,6 +80,7 @@ class Crew:
         self.handles: list[WorkerHandle] = []
         self.pool = SlotPool(num_workers, keep=prefetch_factor + 1)
         self.closed = False
+        self._owner_pid = os.getpid()  # a forked copy of this object must not stop our workers
         self._rr = 0
         self._poll = select.poll()  # every result pipe and process sentinel
         self._by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
@@ -136,7 +137,7 @@ class Crew:
 
     def close(self) -> None:
         """The shutdown protocol (see the NOTE above); idempotent."""
-        if self.closed:
+        if self.closed or os.getpid() != self._owner_pid:
             return
         self.closed = True
         try:

@@ -124,8 +124,10 @@ class Prefetch(LazySequence):
 
         The sequence is pickled with the objects the workers already hold (the ``dataset``
         argument of :func:`prefetch`, else the first sequence) replaced by persistent ids, so a
-        new epoch over the same dataset costs one small message per worker. Reading restarts
-        at item 0 (or wherever the next read is).
+        new epoch over the same dataset costs one small message per worker (a pickled
+        sequence larger than the pipe buffer, 64 KiB, waits for each worker to finish its
+        current item). The next read may be any item of ``seq``; jobs of the old sequence that
+        have not started are never computed.
 
         Args:
             seq: the new sequence (picklable once workers have started).

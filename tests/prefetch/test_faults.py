@@ -255,3 +255,16 @@ def test_spawn_with_an_unpicklable_worker_init_fn_is_a_type_error():
     with pytest.raises(TypeError, match=r"cannot start worker 0 with the 'spawn' start method"):
         p[0]
     assert p.closed
+
+
+def test_a_forked_copy_of_the_reader_cannot_stop_the_workers():
+    with prefetch(range(20), num_workers=2) as p:
+        assert p[0] == 0
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            try:
+                p.close()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        assert list(p) == list(range(20))
