@@ -151,7 +151,12 @@ class Crew:
 
 
 def describe_exit(exitcode: int | None) -> str:
-    """``"was killed by SIGKILL"`` / ``"exited unexpectedly with exit code 3"``."""
+    """How a worker ended, for error messages.
+
+    Example:
+        >>> describe_exit(-9), describe_exit(3)
+        ('was killed by SIGKILL', 'exited unexpectedly with exit code 3')
+    """
     if exitcode is None:
         return "exited (its exit status was collected elsewhere)"
     if exitcode < 0:
@@ -159,6 +164,8 @@ def describe_exit(exitcode: int | None) -> str:
             name = signal.Signals(-exitcode).name
         except ValueError:  # pragma: no cover
             name = f"signal {-exitcode}"
+        if name == "SIGBUS":  # writing a sparse shared-memory page with /dev/shm full
+            return "was killed by SIGBUS (is /dev/shm full? in docker, raise --shm-size)"
         return f"was killed by {name}"
     return f"exited unexpectedly with exit code {exitcode}"
 
