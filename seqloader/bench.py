@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, default_collate
 
+from seqloader.bench_loader import LOADER_WORKLOADS
 from seqloader.prefetch import prefetch
 from seqloader.sequences.reorder import gather
 from seqloader.sequences.shape import batch
@@ -214,6 +215,7 @@ WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
     "cpu": cpu,
     "first_batch": first_batch_images,
 }
+WORKLOADS.update(LOADER_WORKLOADS)
 
 
 # --------------------------------------------------------------------------- entry point
