@@ -268,7 +268,8 @@ class DataLoader(torch.utils.data.DataLoader):
                            if not self._is_iterable and _stateful(self.dataset) else None),
             sampler_state=self._stateful_sampler.state_dict() if self._stateful_sampler else None)
         check_matches(saved, current)
-        if self._builtin_order and saved.position and saved.position >= (saved.dataset_len or 0):
+        if (not self._is_iterable and self._builtin_order and saved.position
+                and saved.position >= (saved.dataset_len or 0)):
             raise ValueError(f"load_state_dict: 'position' is {saved.position} in the state_dict but "
                              f"an epoch of this loader has {saved.dataset_len} samples; the state is "
                              "corrupt or was saved for a different loader")
