@@ -11,6 +11,7 @@ The parent's side (process handles, the shutdown protocol) is in :mod:`seqloader
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import os
 import pickle
@@ -18,7 +19,7 @@ import random
 import select
 import signal
 import traceback
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -38,7 +39,7 @@ from seqloader.prefetch.messages import (
 from seqloader.prefetch.seeding import seed_globals
 from seqloader.prefetch.shm import WorkerSlots, write_payload
 
-__all__ = ["dumps_seq", "error_report", "loads_seq", "recv", "send", "worker_main"]
+__all__ = ["dumps_seq", "error_report", "loads_seq", "recv", "send", "torch_worker_info_hidden", "worker_main"]
 
 #: How often (seconds) an idle worker checks that its parent is alive.
 PARENT_CHECK_INTERVAL = 0.25
@@ -108,6 +109,28 @@ def error_report(exc: BaseException) -> dict:
         typ = None
     return {"exc": keep, "type": typ, "type_name": type(exc).__qualname__, "message": str(exc),
             "traceback": tb}
+
+
+@contextlib.contextmanager
+def torch_worker_info_hidden() -> Iterator[None]:
+    """Make ``torch.utils.data.get_worker_info()`` return ``None`` inside the block.
+
+    Meant for code running in a worker around torch's ``default_collate``, which, whenever it
+    sees a ``WorkerInfo``, stacks tensors into a fresh shared-memory segment per batch (for
+    torch's own transport). seqloader copies results into reused slots anyway, so hiding the
+    info there gives the same values in ordinary memory, much faster for large batches.
+
+    Example:
+        >>> with torch_worker_info_hidden():
+        ...     torch.utils.data.get_worker_info() is None
+        True
+    """
+    saved = _torch_worker._worker_info
+    _torch_worker._worker_info = None
+    try:
+        yield
+    finally:
+        _torch_worker._worker_info = saved
 
 
 # --------------------------------------------------------------------------- the worker process

@@ -18,7 +18,7 @@ import torch
 import seqloader as sl
 from seqloader.prefetch import Prefetch, prefetch
 from seqloader.prefetch.seeding import seed_globals
-from seqloader.prefetch.worker import dumps_seq
+from seqloader.prefetch.worker import dumps_seq, torch_worker_info_hidden
 
 
 class Pids:
@@ -331,3 +331,20 @@ def test_reset_with_an_unpicklable_sequence_is_a_type_error_and_changes_nothing(
         with pytest.raises(TypeError, match="prefetch.reset: seq cannot be pickled"):
             p.reset(sl.smap(lambda x: x, range(3)))
         assert len(p) == 5 and p[1] == 1
+
+
+def _info_seen(i):
+    return torch.utils.data.get_worker_info() is not None
+
+
+def _hidden_collate(items):
+    with torch_worker_info_hidden():
+        out = torch.utils.data.default_collate(items), torch.utils.data.get_worker_info() is None
+    return out + (torch.utils.data.get_worker_info() is not None,)
+
+
+def test_worker_info_can_be_hidden_around_collation_only():
+    seq = sl.batch(sl.smap(_info_seen, range(6)), 3, collate_fn=_hidden_collate)
+    with prefetch(seq, num_workers=1) as p:
+        for items, hidden, restored in p:
+            assert items.tolist() == [True] * 3 and hidden and restored
