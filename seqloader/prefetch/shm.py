@@ -7,8 +7,8 @@ one result at a time from one worker to the parent. Ownership is never by conven
   page is touched, nothing is zeroed up front), and *unlinks its name as soon as the owning
   worker has mapped it* (the worker's first reply for that slot). From then on the segment has
   no name: it lives exactly as long as some process maps it, so a crash of any process cannot
-  leave a file in ``/dev/shm``. The parent keeps the file descriptor to remap a grown slot and
-  closes it when it destroys the slot.
+  leave a file in ``/dev/shm``. Each process holds one descriptor per slot (the one inside its
+  ``mmap``), which ``mmap.resize`` uses to remap a grown slot.
 - Each slot belongs to **one worker** (the worker that maps it), which writes a result into it
   (:func:`write_payload`). A result larger than the slot grows it in place (``ftruncate`` by the
   worker, remap by the parent); there is no size to tune and no silent pickling fallback.
@@ -156,21 +156,25 @@ def read_and_release(payload: Payload, pool: "SlotPool") -> Any:
 
 
 class _Slot:
-    __slots__ = ("name", "fd", "mm", "worker", "state")
+    __slots__ = ("name", "mm", "worker", "state")
 
     def __init__(self, name: str, fd: int, size: int, worker: int):
-        self.name, self.fd, self.worker = name, fd, worker
+        self.name, self.worker = name, worker
         self.state = "busy"  # "busy" (in a job or a result not yet read), "leased" or "free"
         self.mm = _map(fd, size)
 
 
 def _map(fd: int, size: int) -> mmap.mmap:
-    """Map a slot in the parent.
+    """Map ``fd`` and close it: the mmap keeps its own descriptor (one per slot, not two).
 
-    Not ``MADV_DONTFORK``: a process forked later (a worker of another loader) may legitimately
-    read a value the caller kept, so it must inherit the mapping.
+    A grown slot is remapped with ``mmap.resize`` (``ftruncate`` to the size the worker already
+    set, then ``mremap``). Not ``MADV_DONTFORK``: a process forked later (a worker of another
+    loader) may legitimately read a value the caller kept, so it must inherit the mapping.
     """
-    return mmap.mmap(fd, size)
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
 
 
 class SlotPool:
@@ -218,8 +222,7 @@ class SlotPool:
         """The parent's mapping of a slot, remapped if a worker grew it to ``size``."""
         slot = self._slots[slot_id]
         if len(slot.mm) != size:
-            slot.mm.close()  # no lease can exist: the slot was in a job
-            slot.mm = _map(slot.fd, size)
+            slot.mm.resize(size)  # no lease can exist: the slot was in a job
             self._size = max(self._size, size)
         return slot.mm
 
@@ -267,7 +270,6 @@ class SlotPool:
             slot.mm.close()
         except BufferError:  # a lease still exports it; the mapping dies with the lease
             pass
-        os.close(slot.fd)
 
     def close(self) -> None:
         """Unlink every remaining name and close every descriptor (idempotent).
@@ -289,35 +291,30 @@ class WorkerSlots:
     """A worker's mappings of its slots, opened by name on first use and grown on demand."""
 
     def __init__(self):
-        self._maps: dict[int, list] = {}  # slot id -> [fd, mmap, name]
+        self._maps: dict[int, tuple] = {}  # slot id -> (mmap, name)
 
     def open(self, slot_id: int, name: str) -> None:
         """Map ``slot_id`` if it is new (the parent unlinks the name after our reply)."""
         if slot_id not in self._maps:
             fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
-            self._maps[slot_id] = [fd, mmap.mmap(fd, os.fstat(fd).st_size), name]
+            self._maps[slot_id] = (_map(fd, os.fstat(fd).st_size), name)
 
     def ensure(self, slot_id: int, nbytes: int) -> mmap.mmap:
-        """The mapping of ``slot_id``, grown (``ftruncate`` + remap) to hold ``nbytes``."""
-        entry = self._maps[slot_id]
-        if len(entry[1]) < nbytes:
-            size = _round_size(max(nbytes, 2 * len(entry[1])))
-            os.ftruncate(entry[0], size)
-            entry[1].close()
-            entry[1] = mmap.mmap(entry[0], size)
-        return entry[1]
+        """The mapping of ``slot_id``, grown (``ftruncate`` + ``mremap``) to hold ``nbytes``."""
+        mm = self._maps[slot_id][0]
+        if len(mm) < nbytes:
+            mm.resize(_round_size(max(nbytes, 2 * len(mm))))
+        return mm
 
     def forget(self, slot_ids) -> None:
         for sid in slot_ids:
             entry = self._maps.pop(sid, None)
             if entry is not None:
-                entry[1].close()
-                os.close(entry[0])
+                entry[0].close()
 
     def close(self, unlink: bool) -> None:
         """Unmap everything; with ``unlink`` (the parent died) also remove any name left."""
-        for sid, (fd, mm, name) in list(self._maps.items()):
-            if unlink:
+        if unlink:
+            for _, name in self._maps.values():
                 unlink_segment(name)
         self.forget(list(self._maps))
-

@@ -134,3 +134,15 @@ def test_growing_results_in_a_prefetch():
     with prefetch(sl.smap(sized, sizes), num_workers=2) as p:
         for n, got in zip(sizes, p):
             assert got.shape == (n,) and got[-1] == n % 251
+
+
+def test_each_kept_result_costs_one_descriptor_in_the_reader():
+    def fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    with prefetch(sl.smap(full_1000, range(200)), num_workers=2) as p:
+        p[0]
+        before = fds()
+        kept = list(p[1:])
+        assert fds() - before <= len(kept) + 8
+    assert len(kept) == 199
