@@ -143,6 +143,16 @@ def test_a_seek_never_computes_the_items_it_skips():
     assert seen[0] == 1 and seen[150] == 1 and seen[10] == 1
 
 
+def test_at_most_num_workers_times_prefetch_factor_items_are_in_flight():
+    ds = Recording(100)
+    with prefetch(ds, num_workers=2, prefetch_factor=3, multiprocessing_context="fork") as p:
+        assert [p[i] for i in range(5)] == [0, 1, 2, 3, 4]
+        p.reset(range(3))  # a synchronisation point: the workers drain what they had queued
+        assert list(p) == [0, 1, 2]
+    computed = [i for i, c in enumerate(ds.seen) if c]
+    assert computed[:5] == [0, 1, 2, 3, 4] and max(computed) <= 4 + 2 * 3  # after reading 4: 5..10
+
+
 def test_seek_backwards_and_repeat_reads_return_the_right_items():
     with prefetch(range(50), num_workers=2, prefetch_factor=3) as p:
         order = [7, 7, 3, 49, 0, 1, 2, 48, 25, 26, 20]
