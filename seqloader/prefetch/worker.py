@@ -37,7 +37,7 @@ from seqloader.prefetch.messages import (
     WorkerFailed,
 )
 from seqloader.prefetch.seeding import seed_globals
-from seqloader.prefetch.shm import WorkerSlots, write_payload
+from seqloader.prefetch.shm import WorkerSlots, unlink_segment, write_payload
 
 __all__ = ["dumps_seq", "error_report", "loads_seq", "recv", "send", "torch_worker_info_hidden", "worker_main"]
 
@@ -238,4 +238,19 @@ def worker_main(config: WorkerConfig, jobs, results, dataset: Any, seq: Any) -> 
     except (EOFError, BrokenPipeError, ConnectionResetError):
         parent_gone = True
     finally:
+        if parent_gone:
+            _unlink_queued_slots(jobs, poller, pending)
         slots.close(unlink=parent_gone)
+
+
+def _unlink_queued_slots(jobs, poller, pending) -> None:
+    """The parent died: remove the names of slots sent to us that we never opened."""
+    queued = list(pending)
+    try:
+        while poller.poll(0):
+            queued.append(recv(jobs))
+    except (EOFError, OSError, pickle.UnpicklingError):
+        pass
+    for m in queued:
+        if isinstance(m, Job):
+            unlink_segment(m.slot_name)
