@@ -68,7 +68,9 @@ class DataLoader(torch.utils.data.DataLoader):
             at the start of each epoch; if it has ``state_dict``/``load_state_dict`` its state
             from the start of the epoch is saved. :class:`~seqloader.BijectiveShuffleSampler` is
             read in O(1) per batch. Batches are always yielded in order (``in_order=False`` is
-            accepted and changes nothing).
+            accepted and changes nothing). An ``IterableDataset`` runs on torch's own workers,
+            which restart every epoch (``persistent_workers`` does not keep them); it resumes
+            only with the same ``num_workers``.
         seed: an int in ``[0, 2**64)``; ``None`` draws one from ``generator`` (torch's default
             generator if ``None``), so ``torch.manual_seed`` before construction reproduces runs.
 
