@@ -79,6 +79,21 @@ def _report(result_file: str, outcome: tuple, rank: int) -> None:
     os.replace(result_file + ".tmp", result_file)
 
 
+def _wait(procs: Sequence, deadline: float, stop_on_failure: bool) -> Optional[int]:
+    """Reap processes until all have exited, ``deadline`` (monotonic) passes or, if
+    ``stop_on_failure``, one exits with a non-zero code; return the first failed rank or ``None``."""
+    while True:
+        failed = next((r for r, p in enumerate(procs) if p.exitcode not in (None, 0)), None)
+        pending = [p for p in procs if p.exitcode is None]  # one snapshot: never wait on an empty list
+        left = deadline - time.monotonic()
+        if not pending or left <= 0 or (stop_on_failure and failed is not None):
+            return failed
+        ready = multiprocessing.connection.wait([p.sentinel for p in pending], timeout=left)
+        for p in pending:  # a sentinel is ready while its process is still exiting: reap it
+            if p.sentinel in ready:
+                p.join(max(0.0, min(_KILL_GRACE_S, deadline - time.monotonic())))
+
+
 def _stop(procs: Sequence) -> None:
     """Terminate the processes still alive, then kill those that outlive the grace period."""
     procs = [p for p in procs if p.pid is not None]  # started ones only
@@ -122,8 +137,8 @@ def run_distributed(fn: Callable[..., Any], world_size: int, args: tuple = (), *
         TypeError, ValueError: ``world_size`` is not a positive int.
 
     Example:
-        >>> run_distributed(_example_sum, 3)   # each rank all-reduces 1, 1, 0
-        [2, 2, 2]
+        >>> run_distributed(_example_sum, 2)   # rank 0 contributes 1, the last rank 0
+        [1, 1]
         >>> run_distributed(_example_sum, 0)
         Traceback (most recent call last):
         ValueError: run_distributed: world_size must be a positive int (got 0)
@@ -144,17 +159,9 @@ def run_distributed(fn: Callable[..., Any], world_size: int, args: tuple = (), *
     try:
         for p in procs:
             p.start()
-        deadline = time.monotonic() + timeout
-        failed = None
-        while failed is None and any(p.exitcode is None for p in procs):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            multiprocessing.connection.wait([p.sentinel for p in procs if p.exitcode is None], timeout=left)
-            failed = next((r for r, p in enumerate(procs) if p.exitcode not in (None, 0)), None)
+        failed = _wait(procs, time.monotonic() + timeout, stop_on_failure=True)
         if failed is not None:  # let the peers that fail because of it report too, briefly
-            multiprocessing.connection.wait([p.sentinel for p in procs if p.exitcode is None],
-                                            timeout=_PEER_GRACE_S)
+            _wait(procs, time.monotonic() + _PEER_GRACE_S, stop_on_failure=False)
         hung = [r for r, p in enumerate(procs) if p.exitcode is None]
     finally:
         _stop(procs)

@@ -9,7 +9,11 @@ pickled by reference) and return what they consumed; the parent makes every asse
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -189,18 +193,23 @@ def two_ranks(tmp_path_factory):
     return run_distributed(_tasks, 2, (tasks,), workdir=tmp_path_factory.mktemp("two"))
 
 
+def _resume_task(saved):
+    return ("resume", dict(n=N_RESUME, batch_size=BS_RESUME, state=saved[0]["save"]["state"]))
+
+
 @pytest.fixture(scope="module")
-def three_ranks(tmp_path_factory):
+def three_ranks(two_ranks, tmp_path_factory):
+    """Also resumes the state the two ranks saved (one world fewer to start)."""
     tasks = [*EPOCHS.items(),
              ("iterable", dict(n=11)),
-             ("save", dict(n=N_RESUME, batch_size=BS_RESUME, steps=1))]
+             ("save", dict(n=N_RESUME, batch_size=BS_RESUME, steps=1)),
+             _resume_task(two_ranks)]
     return run_distributed(_tasks, 3, (tasks,), workdir=tmp_path_factory.mktemp("three"))
 
 
-def _resumed(world_size, saved, workdir):
-    state = saved[0]["save"]["state"]
-    tasks = [("resume", dict(n=N_RESUME, batch_size=BS_RESUME, state=state))]
-    return run_distributed(_tasks, world_size, (tasks,), workdir=workdir)
+@pytest.fixture(scope="module")
+def two_ranks_resumed(three_ranks, tmp_path_factory):
+    return run_distributed(_tasks, 2, ([_resume_task(three_ranks)],), workdir=tmp_path_factory.mktemp("two-r"))
 
 
 def _global_order(n, seed):
@@ -275,11 +284,11 @@ def test_as_iterable_dataset_reads_rank_and_world_size_from_the_process_group(th
 
 # -- elastic resume ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("saved_world, resumed_world", [("two_ranks", 3), ("three_ranks", 2)])
-def test_a_state_saved_with_one_world_size_resumes_with_another(saved_world, resumed_world, request,
-                                                                 tmp_path):
-    saved = request.getfixturevalue(saved_world)
-    w1, w2 = len(saved), resumed_world
+@pytest.mark.parametrize("saved_world, resumed_world", [("two_ranks", "three_ranks"),
+                                                         ("three_ranks", "two_ranks_resumed")])
+def test_a_state_saved_with_one_world_size_resumes_with_another(saved_world, resumed_world, request):
+    saved, resumed = request.getfixturevalue(saved_world), request.getfixturevalue(resumed_world)
+    w1, w2 = len(saved), len(resumed)
     states = [json.loads(res["save"]["state"]) for res in saved]
     assert all(s == states[0] for s in states), "ranks saved different states"
     state = states[0]
@@ -287,7 +296,6 @@ def test_a_state_saved_with_one_world_size_resumes_with_another(saved_world, res
     assert state["position"] == steps * BS_RESUME * w1  # samples of the global order, all ranks
     assert state["saved_with"]["world_size"] == w1
 
-    resumed = _resumed(w2, saved, tmp_path)
     order = _global_order(N_RESUME, state["seed"])
     before = _by_position([_flat(res["save"]["batches"]) for res in saved], w1)
     after = _by_position([_flat(res["resume"]["batches"]) for res in resumed], w2,
@@ -324,3 +332,26 @@ def test_ddp_trains_one_epoch_through_the_loader(two_ranks):
     assert parts[0]["weights"] != parts[0]["initial"]
     assert [len(p["losses"]) for p in parts] == [p["len"] for p in parts] == [4, 4]
     assert sorted(parts[0]["seen"] + parts[1]["seen"]) == list(range(32))
+
+
+# -- the torchrun example of docs/distributed.md -------------------------------------------------
+
+def _torchrun(nproc, *args, cwd):
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc_per_node={nproc}", str(root / "examples" / "ddp_train.py"), *args],
+                          capture_output=True, text=True, timeout=100, cwd=cwd, env=env)
+    assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return proc.stdout
+
+
+def test_the_torchrun_example_stops_and_resumes_with_another_world_size(tmp_path):
+    ckpt = str(tmp_path / "ckpt.pt")
+    common = ("--epochs", "2", "--samples", "96", "--batch-size", "8", "--checkpoint", ckpt)
+    out = _torchrun(2, *common, "--stop-after", "8", cwd=tmp_path)  # epoch 0 has 6 steps per rank
+    assert "epoch 0: 6 steps per rank x 2 ranks" in out
+    assert "stopped in epoch 1 after 8 steps" in out
+    out = _torchrun(1, *common, cwd=tmp_path)
+    assert "resumed epoch 1 at sample 32 of its global order (saved with world_size=2, now 1)" in out
+    assert "epoch 1: 8 steps per rank x 1 ranks" in out  # the 64 samples left, 8 per step
