@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import random
+from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 from torch.utils.data import BatchSampler, Dataset, RandomSampler, Sampler
 
@@ -370,3 +373,31 @@ def test_batches_do_not_depend_on_num_workers():
     want = list(make_shuffled(0))
     for nw in (1,):
         assert_batches_equal(list(make_shuffled(nw)), want, f"num_workers={nw}")
+
+
+@settings(deadline=None, max_examples=40)
+@given(n=st.integers(0, 23), bs=st.one_of(st.none(), st.integers(1, 6)), drop_last=st.booleans(),
+       shuffle=st.booleans(), world=st.integers(1, 3), data=st.data())
+def test_property_resume_from_every_step(n, bs, drop_last, shuffle, world, data):
+    """Built-in orders at num_workers=0: every saved step resumes exactly, on every rank."""
+    rank = data.draw(st.integers(0, world - 1))
+    drop_last = drop_last and bs is not None
+    n = max(n, 1) if shuffle else n  # torch's RandomSampler rejects an empty dataset
+    with mock.patch.object(sampling, "current_world", lambda: (rank, world)):
+        def make():
+            return DataLoader(list(range(n)), batch_size=bs, shuffle=shuffle, drop_last=drop_last, seed=n)
+
+        ref = make()
+        e0, e1 = list(ref), list(ref)
+        assert len(e0) == len(ref)
+        loader, states = make(), []
+        for _ in loader:
+            states.append(json_round_trip(loader.state_dict()))
+        for k, sd in enumerate(states, start=1):
+            resumed = make()
+            resumed.load_state_dict(sd)
+            want = e0[k:] if k < len(e0) else e1
+            assert_batches_equal(list(resumed), want, f"stop {k}")
+        if world == 1 and bs is not None:
+            items = [int(x) for b in e0 for x in b]
+            assert len(set(items)) == len(items) and (drop_last or sorted(items) == list(range(n)))
