@@ -1,9 +1,10 @@
 """L4: a sequence as a ``torch.utils.data.IterableDataset`` split over workers and ranks.
 
 :func:`as_iterable_dataset` is for code that wants torch's own ``DataLoader`` (or anything that
-consumes an ``IterableDataset``) on top of a seqloader pipeline. It does no shuffling, batching or
-resuming of its own: compose those as sequence ops first (``shuffle(seq, seed)``) or use
-:class:`seqloader.DataLoader`, which resumes exactly.
+consumes an ``IterableDataset``) on top of a seqloader pipeline. It does no shuffling or batching
+of its own: compose those as sequence ops first (``shuffle(seq, seed)``). It is Stateful
+(``state_dict``/``load_state_dict``), so :class:`seqloader.DataLoader` resumes it by seeking each
+worker's stream instead of replaying it.
 
 Splitting is *strided*, so no item is dropped or repeated. With ``R`` ranks and ``K`` DataLoader
 workers, worker ``w`` of rank ``r`` yields the positions
@@ -52,6 +53,13 @@ class SequenceIterableDataset(torch.utils.data.IterableDataset):
 
     Holds the sequence, the rank and the world size (fixed when it is built, in the process that
     builds it); the DataLoader worker split is read from ``get_worker_info()`` in ``__iter__``.
+
+    It is *Stateful* (torchdata's protocol, which :class:`seqloader.DataLoader` uses for
+    ``IterableDataset`` s): ``state_dict()`` is ``{"yielded": k}``, the number of items the latest
+    iterator of this copy has yielded from its worker's stream, and after ``load_state_dict`` the
+    next ``iter()`` starts at item ``k`` of the stream (a seek, not a replay); later iterators
+    start at 0. A state only makes sense for the same sequence, rank, world size and number of
+    workers.
     """
 
     def __init__(self, seq: Sequence, rank: int, world_size: int):
@@ -59,6 +67,8 @@ class SequenceIterableDataset(torch.utils.data.IterableDataset):
         self.rank = rank
         self.world_size = world_size
         self._part = SliceView(seq, slice(rank, None, world_size))
+        self._start = 0      # where the next iterator starts (set by load_state_dict)
+        self._yielded = 0    # items yielded by the latest iterator, counted from its stream's start
 
     def __len__(self) -> int:
         return len(self._part)
@@ -67,8 +77,26 @@ class SequenceIterableDataset(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
         mine = SliceView(self._part, slice(worker, None, num_workers))
-        for i in range(len(mine)):
-            yield mine[i]
+        start, self._start = self._start, 0
+        self._yielded = start
+        for i in range(start, len(mine)):
+            item = mine[i]
+            self._yielded = i + 1
+            yield item
+
+    def state_dict(self) -> dict:
+        """``{"yielded": k}``: items of this worker's stream yielded by the latest iterator."""
+        return {"yielded": self._yielded}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Make the next ``iter()`` start at item ``state["yielded"]`` of this worker's stream.
+
+        Raises:
+            ValueError: ``state`` is not ``{"yielded": <non-negative int>}``.
+        """
+        if not (isinstance(state, dict) and set(state) == {"yielded"}):
+            raise ValueError(f"{self!r}.load_state_dict: expected {{'yielded': int}} (got {state!r})")
+        self._start = check_nonnegative_int(f"{self!r}.load_state_dict", "yielded", state["yielded"])
 
     def __repr__(self) -> str:
         return f"{_OP}(rank={self.rank}, world_size={self.world_size}, len={len(self)})"
@@ -92,7 +120,9 @@ def as_iterable_dataset(seq: Sequence, *, rank: Optional[int] = None,
 
     Returns:
         A :class:`SequenceIterableDataset`; its ``len`` is the number of items of this rank,
-        ``len(range(rank, len(seq), world_size))``. Rank and world size are read once, here.
+        ``len(range(rank, len(seq), world_size))``. Rank and world size are read once, here. It
+        has ``state_dict``/``load_state_dict`` (a seek into each worker's stream), so
+        :class:`seqloader.DataLoader` resumes it exactly with the same ``num_workers``.
 
     Raises:
         TypeError: ``seq`` has no ``__len__``/``__getitem__``, or ``rank``/``world_size`` is not an

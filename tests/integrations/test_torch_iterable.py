@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
+import seqloader
 from seqloader.integrations.torch_iterable import as_iterable_dataset
 
 
@@ -86,3 +88,42 @@ def test_argument_errors():
         as_iterable_dataset(range(4), rank=1.0, world_size=2)
     with pytest.raises(TypeError, match=r"seq must be a sized, indexable sequence \(got generator\)"):
         as_iterable_dataset(i for i in range(3))
+
+
+def test_load_state_dict_makes_the_next_iterator_seek():
+    ds = as_iterable_dataset(range(20), rank=1, world_size=2)
+    it = iter(ds)
+    head = [next(it) for _ in range(3)]
+    state = ds.state_dict()
+    assert (head, state) == ([1, 3, 5], {"yielded": 3})
+    fresh = as_iterable_dataset(range(20), rank=1, world_size=2)
+    fresh.load_state_dict(state)
+    assert list(fresh) == [7, 9, 11, 13, 15, 17, 19]
+    assert list(fresh) == list(range(1, 20, 2))  # only the next iterator resumes
+
+
+def test_load_state_dict_rejects_a_malformed_state():
+    ds = as_iterable_dataset(range(4), rank=0, world_size=1)
+    with pytest.raises(ValueError, match=r"expected \{'yielded': int\} \(got \{'position': 3\}\)"):
+        ds.load_state_dict({"position": 3})
+    with pytest.raises(ValueError, match=r"yielded must be a non-negative int \(got -1\)"):
+        ds.load_state_dict({"yielded": -1})
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_seqloader_dataloader_resumes_it_by_seeking(num_workers, caplog):
+    def make():
+        return seqloader.DataLoader(as_iterable_dataset(Squares(23), rank=1, world_size=2), batch_size=2,
+                                    num_workers=num_workers)
+
+    full = [b.tolist() for b in make()]
+    assert sorted(sum(full, [])) == [i * i for i in range(1, 23, 2)]
+    loader = make()
+    it = iter(loader)
+    head = [next(it).tolist() for _ in range(3)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    del it, loader  # stop its workers
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert head + [b.tolist() for b in resumed] == full
+    assert "replays" not in caplog.text  # a seek, not a replay
