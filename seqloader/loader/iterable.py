@@ -165,14 +165,19 @@ class _StreamGlobals:
         if self.states is None:
             seed_globals(self.seed, self.epoch, 0)
         else:
-            py, npy, th = self.states
-            random.setstate(py), np.random.set_state(npy), torch.random.set_rng_state(th)
+            _set_globals(self.states)
 
     def __exit__(self, *exc):
         self.states = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
-        py, npy, th = self.caller
-        random.setstate(py), np.random.set_state(npy), torch.random.set_rng_state(th)
+        _set_globals(self.caller)
         return False
+
+
+def _set_globals(states: tuple) -> None:
+    py, npy, th = states
+    random.setstate(py)
+    np.random.set_state(npy)
+    torch.random.set_rng_state(th)
 
 
 class IterableIterator:
