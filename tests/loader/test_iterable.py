@@ -129,3 +129,12 @@ def test_iterable_epochs_advance():
     loader = make_tutorial(0)
     e0, e1 = list(loader), list(loader)
     assert loader.state_dict()["epoch"] == 2 and len(e0) == len(e1) == 6
+
+
+def test_iterable_at_num_workers_0_leaves_the_callers_rng_alone_and_is_reproducible():
+    torch.manual_seed(0)
+    want = torch.rand(3)
+    torch.manual_seed(0)
+    a = list(make_uneven(0))
+    assert torch.equal(torch.rand(3), want)
+    assert_batches_equal(list(make_uneven(0)), a)
