@@ -16,47 +16,24 @@ about 1.8x the throughput for 64x3x224x224 uint8 batches with 2 workers.
 
 from __future__ import annotations
 
-import random
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from torch.utils.data import default_collate, default_convert
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 
 from seqloader.errors import annotate
 from seqloader.prefetch.worker import torch_worker_info_hidden
-from seqloader.rng import derive_seed
+from seqloader.prefetch.seeding import seed_globals
 from seqloader.sequences.base import LazySequence
 
-__all__ = ["EpochBatches", "seed_batch_globals"]
+__all__ = ["EpochBatches"]
 
 _TORCH_DEFAULTS = (default_collate, default_convert)
 
 
 def _identity(data: Any) -> Any:
     return data
-
-
-def seed_batch_globals(seed: int, epoch: int, key: int) -> int:
-    """``seqloader.prefetch.seeding.seed_globals``, seeding only torch's CPU generator.
-
-    Same streams as ``seed_globals`` (``torch.manual_seed(s)`` seeds the CPU generator with ``s``),
-    without ``torch.manual_seed``'s per-call accelerator hooks, which cost about 1 ms per call on
-    a CPU-only build (each records a stack trace for lazy CUDA/XPU/MTIA initialisation) and
-    would reseed accelerator generators that ``preserved_globals`` does not restore.
-
-    Example:
-        >>> _ = seed_batch_globals(0, 0, 5); a = torch.rand(1)
-        >>> from seqloader.prefetch.seeding import seed_globals
-        >>> _ = seed_globals(0, 0, 5); bool(torch.equal(a, torch.rand(1)))
-        True
-    """
-    s = derive_seed(seed, "batch_globals", epoch, key)
-    random.seed(s)
-    np.random.seed(s & 0xFFFFFFFF)
-    torch.default_generator.manual_seed(s)
-    return s
 
 
 class EpochBatches(LazySequence):
@@ -84,7 +61,7 @@ class EpochBatches(LazySequence):
 
     def _item(self, b: int) -> Any:
         key, indices = self._plan.batch(b)
-        seed_batch_globals(self._seed, self._epoch, key)
+        seed_globals(self._seed, self._epoch, key)
         fetcher = _MapDatasetFetcher(self._dataset, self._auto_collation, _identity, False)
         with annotate("DataLoader", key, batch=b, epoch=self._epoch):
             data = fetcher.fetch(indices)
