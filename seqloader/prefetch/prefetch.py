@@ -61,7 +61,9 @@ def _rebuild_error(report: dict, note: str) -> BaseException:
 class Prefetch(LazySequence):
     """``seq`` evaluated ahead of the reader by worker processes; built by :func:`prefetch`.
 
-    Not thread-safe: read it from one thread. See :func:`prefetch` for the arguments.
+    Read-ahead follows increasing positions: reading backwards or at random costs a seek (and
+    a wasted read-ahead) per item. Not thread-safe: read it from one thread. See
+    :func:`prefetch` for the arguments.
     """
 
     def __init__(self, seq, num_workers, prefetch_factor, ctx, worker_init_fn, timeout, seed, epoch,
