@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import torch
 from torch.utils.data import default_collate, default_convert
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 
