@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from seqloader.demo import parse_args
+
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.mp  # the demo starts (and crashes) worker processes: check nothing outlives it
@@ -29,14 +31,17 @@ def test_demo_resumes_exactly_after_a_crash():
     assert "bit-identical batches: 20/20" in proc.stdout, out
 
 
-def test_demo_rejects_a_crash_point_past_the_epoch():
-    proc = _demo("--size", "64", "--batch-size", "16", "--steps-before-crash", "4")
-    assert proc.returncode == 2
-    assert "--steps-before-crash must be in [1, 3] for 4 batches per epoch (got 4)" in proc.stderr
+def test_demo_rejects_a_crash_point_past_the_epoch(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--size", "64", "--batch-size", "16", "--steps-before-crash", "4"])
+    assert exit_info.value.code == 2
+    assert "--steps-before-crash must be in [1, 3] for 4 batches per epoch (got 4)" in capsys.readouterr().err
 
 
-def test_demo_help_lists_the_options():
-    proc = _demo("--help")
-    assert proc.returncode == 0
+def test_demo_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
     for option in ("--size", "--batch-size", "--workers", "--seed", "--steps-before-crash"):
-        assert option in proc.stdout
+        assert option in out
