@@ -54,18 +54,22 @@ def draw_seed(generator: Optional[torch.Generator] = None) -> int:
     """A seed drawn from ``generator`` (torch's default generator if ``None``), broadcast from rank 0.
 
     ``torch.manual_seed(s)`` before the call reproduces the draw. Under an initialised
-    ``torch.distributed`` with more than one rank, every rank gets rank 0's draw.
+    ``torch.distributed`` with more than one rank, every rank gets rank 0's draw (a collective:
+    every rank must call it). ``broadcast_object_list`` picks the device the backend needs: the
+    CPU for gloo, ``torch.cuda.current_device()`` for NCCL, which rejects CPU tensors.
 
     Example:
         >>> _ = torch.manual_seed(0); a = draw_seed()
         >>> _ = torch.manual_seed(0); a == draw_seed()
         True
     """
-    t = torch.empty((), dtype=torch.int64).random_(generator=generator)
+    seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator))
     rank, world = current_world()
     if world > 1:
-        dist.broadcast(t, src=0)
-    return int(t)
+        box = [seed]
+        dist.broadcast_object_list(box, src=0)
+        seed = box[0]
+    return seed
 
 
 @contextlib.contextmanager
