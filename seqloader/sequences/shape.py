@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from seqloader.errors import annotate, check_positive_int
-from seqloader.sequences._util import check_bool, check_callable, check_sequence, fname, read
-from seqloader.sequences.base import LazySequence
+import numpy as np
+
+from seqloader.sequences._util import check_bool, check_callable, check_sequence, fname
+from seqloader.sequences.base import LazySequence, source_indices
 
 __all__ = ["batch"]
 
@@ -35,8 +37,12 @@ class _Batch(LazySequence):
         return range(start, min(start + self._k, self._n))
 
     def _item(self, b: int) -> Any:
-        seq = self._seq
-        items = [read(seq, j) for j in self.member_range(b)]
+        # One vectorised call resolves the batch's positions through every index map (gather,
+        # shuffle, shard, slices) to the data stage; then only the data stage is read per item.
+        r = self.member_range(b)
+        base, positions = source_indices(self._seq, np.arange(r.start, r.stop, dtype=np.int64))
+        get = base._item if isinstance(base, LazySequence) else base.__getitem__
+        items = [get(j) for j in positions.tolist()]
         if self._collate_fn is None:
             return items
         with annotate(self, b):
