@@ -22,18 +22,7 @@ import torch.utils.data
 
 from seqloader.loader.dataloader import DataLoader
 
-__all__ = ["LOADER_WORKLOADS", "resume_latency", "state_size", "loader_tiny"]
-
-
-class _Ints:
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> int:
-        return i
+__all__ = ["LOADER_WORKLOADS", "loader_images", "loader_tiny", "resume_latency", "state_size"]
 
 
 def _first_batch_seconds(make: Callable[[], object]) -> float:
@@ -45,7 +34,7 @@ def _first_batch_seconds(make: Callable[[], object]) -> float:
 
 def resume_latency(opts) -> list:
     """First batch after ``load_state_dict`` at 90% of a shuffled epoch, vs a fresh first batch."""
-    from seqloader.bench import Row
+    from seqloader.bench import IntDataset as _Ints, Row
 
     n, bs = (100_000 if opts.quick else 1_000_000), 256
     ds = _Ints(n)
@@ -78,7 +67,7 @@ def resume_latency(opts) -> list:
 
 def state_size(opts) -> list:
     """Bytes of the JSON state of a shuffled map-style loader, mid-epoch."""
-    from seqloader.bench import Row
+    from seqloader.bench import IntDataset as _Ints, Row
 
     loader = DataLoader(_Ints(1_000_000), batch_size=256, shuffle=True, seed=0)
     it = iter(loader)
@@ -87,24 +76,42 @@ def state_size(opts) -> list:
     return [Row("state_size", "seqloader", 0, float(size), "bytes")]
 
 
-def loader_tiny(opts) -> list:
-    """``seqloader.DataLoader`` vs torch's ``DataLoader``: 200_000 ints, batch 256, 0 and 2 workers."""
+def _loader_compare(name: str, ds, batch_size: int, workers: tuple, opts, item_bytes=None) -> list:
+    """Throughput of ``seqloader.DataLoader`` vs torch's ``DataLoader`` (shuffled, same arguments)."""
     from seqloader.bench import Row
 
-    ds = _Ints(5_000 if opts.quick else 200_000)
     rows = []
-    for nw in (0, 2):
+    for nw in workers:
         best = {"seqloader": float("inf"), "torch": float("inf")}
         for _ in range(opts.repeat):
             for label, cls in (("seqloader", DataLoader), ("torch", torch.utils.data.DataLoader)):
                 t0 = time.perf_counter()
-                for _ in cls(ds, batch_size=256, shuffle=True, num_workers=nw):
+                for _ in cls(ds, batch_size=batch_size, shuffle=True, num_workers=nw):
                     pass
                 best[label] = min(best[label], time.perf_counter() - t0)
-        rows += [Row("loader_tiny", "seqloader.DataLoader", nw, len(ds) / best["seqloader"], "samples/s",
-                     ratio=best["torch"] / best["seqloader"]),
-                 Row("loader_tiny", "torch DataLoader", nw, len(ds) / best["torch"], "samples/s")]
+
+        def mb(t):
+            return None if item_bytes is None else len(ds) * item_bytes / t / 1e6
+
+        rows += [Row(name, "seqloader.DataLoader", nw, len(ds) / best["seqloader"], "samples/s",
+                     mb(best["seqloader"]), ratio=best["torch"] / best["seqloader"]),
+                 Row(name, "torch DataLoader", nw, len(ds) / best["torch"], "samples/s", mb(best["torch"]))]
     return rows
+
+
+def loader_tiny(opts) -> list:
+    """``seqloader.DataLoader`` vs torch's ``DataLoader``: 200_000 ints, batch 256, 0 and 2 workers."""
+    from seqloader.bench import IntDataset
+
+    return _loader_compare("loader_tiny", IntDataset(5_000 if opts.quick else 200_000), 256, (0, 2), opts)
+
+
+def loader_images(opts) -> list:
+    """``seqloader.DataLoader`` vs torch's ``DataLoader``: 8_000 uint8 3x224x224 images, batch 64, 2 workers."""
+    from seqloader.bench import ImageDataset
+
+    ds = ImageDataset(256 if opts.quick else 8_000)
+    return _loader_compare("loader_images", ds, 64, (2,), opts, item_bytes=ds.images[0].nbytes)
 
 
 #: Workload name -> function(Options) -> rows; ``seqloader.bench`` adds these to its WORKLOADS.
@@ -112,4 +119,5 @@ LOADER_WORKLOADS: dict[str, Callable] = {
     "resume": resume_latency,
     "state_size": state_size,
     "loader_tiny": loader_tiny,
+    "loader_images": loader_images,
 }
