@@ -103,6 +103,9 @@ class DataLoader(torch.utils.data.DataLoader):
                          in_order=in_order)
         self.shuffle = shuffle
         self.seed = sampling.draw_seed(generator) if seed is None else check_seed("DataLoader", seed)
+        # A seed is shared by all ranks when given, loaded, or drawn under an initialised world
+        # (draw_seed broadcasts rank 0's). One drawn per process cannot shard a global order.
+        self._seed_world = sampling.current_world()[1] if seed is None else None
         # The user's own sampler objects (torch builds defaults into .sampler / .batch_sampler).
         self._user_sampler = sampler
         self._user_batch_sampler = batch_sampler
@@ -188,6 +191,7 @@ class DataLoader(torch.utils.data.DataLoader):
                              "num_workers=0); set timeout=0 or use worker processes")
         if self.num_workers > 0:
             self.check_worker_number_rationality()
+        self._check_seed_is_shared()
         pin_device = _pin_device(self)
         generation = self._begin()
         if self._is_iterable:
@@ -198,6 +202,16 @@ class DataLoader(torch.utils.data.DataLoader):
         if self.num_workers > 0 and len(seq) > 0:
             source = self._workers.open(self, seq)
         return _MapIterator(self, generation, seq, source, pin_device)
+
+    def _check_seed_is_shared(self) -> None:
+        world = sampling.current_world()[1]
+        if (world > 1 and self._seed_world is not None and self._seed_world != world
+                and not self._is_iterable and self._builtin_order):
+            raise ValueError(
+                f"DataLoader: seed=None was drawn when torch.distributed had world_size="
+                f"{self._seed_world}, but it now has world_size={world}, so the ranks may not "
+                "agree on the epoch order; build the loader after init_process_group, or pass "
+                "seed=, or load a state_dict")
 
     def _get_iterator(self):
         """torch's hook for a new iterator: ours (never torch's single/multi-process iterators)."""
@@ -285,6 +299,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if saved.dataset is not None:
             self.dataset.load_state_dict(copy.deepcopy(saved.dataset))
         self.seed, self._epoch, self._position = saved.seed, saved.epoch, saved.position
+        self._seed_world = None
         self._indices = None
         self._started = False
         self._resume = True

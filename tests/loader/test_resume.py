@@ -363,6 +363,23 @@ def test_elastic_resume_with_a_different_world_size(monkeypatch):
     assert sorted(seen) == sorted(order[4:])
 
 
+def test_seed_drawn_before_the_world_existed_is_refused(monkeypatch):
+    monkeypatch.setattr(sampling, "current_world", lambda: (0, 1))
+    loader = DataLoader(list(range(8)), batch_size=2, shuffle=True)  # seed=None, drawn locally
+    monkeypatch.setattr(sampling, "current_world", lambda: (1, 2))
+    with pytest.raises(ValueError, match=r"seed=None was drawn when torch.distributed had world_size=1"):
+        iter(loader)
+    with pytest.raises(ValueError, match="build the loader after init_process_group"):
+        list(loader)
+    assert loader.state_dict()["epoch"] == 0  # the refused iter() changed nothing
+    # a loaded state carries the shared seed
+    monkeypatch.setattr(sampling, "current_world", lambda: (0, 2))
+    sd = DataLoader(list(range(8)), batch_size=2, shuffle=True, seed=3).state_dict()
+    monkeypatch.setattr(sampling, "current_world", lambda: (1, 2))
+    loader.load_state_dict(sd)
+    assert len(list(loader)) == 2
+
+
 def test_zero_length_epochs_advance_the_epoch():
     loader = DataLoader(list(range(3)), batch_size=4, drop_last=True, seed=0)
     assert list(loader) == [] and loader.state_dict()["epoch"] == 1
