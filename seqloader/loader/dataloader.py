@@ -225,6 +225,8 @@ class DataLoader(torch.utils.data.DataLoader):
             seed=self.seed, epoch=self._epoch, position=self._position,
             dataset_len=_len_or_none(self.dataset), batch_size=self.batch_size,
             drop_last=self.drop_last, shuffle=bool(self.shuffle) and not self._is_iterable,
+            sampler_len=(None if self._is_iterable or self._builtin_order else _len_or_none(
+                self._user_batch_sampler if self._user_batch_sampler is not None else self._user_sampler)),
             sampler=sampler_state, dataset=dataset_state, iterable=self._iterable_state(),
             saved_with={"num_workers": self.num_workers, "world_size": world})
 

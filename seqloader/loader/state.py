@@ -4,10 +4,14 @@ A state is a small dict of JSON types (see ``docs/design.md``, "Loader state: fo
 
     {"format": "seqloader.DataLoader", "version": 1, "seed": 1234, "epoch": 2,
      "position": 40960, "dataset_len": 50000, "batch_size": 64, "drop_last": False,
-     "shuffle": True, "sampler": None, "dataset": None, "iterable": None,
+     "shuffle": True, "sampler_len": None, "sampler": None, "dataset": None, "iterable": None,
      "saved_with": {"num_workers": 4, "world_size": 8}}
 
 ``position`` counts samples of the epoch's *global* order already yielded (all ranks together).
+``sampler_len`` is ``len()`` of a custom ``sampler``/``batch_sampler`` (``None`` for the built-in
+orders or a sampler without ``__len__``): a custom sampler's positions mean something only for the
+same sampler, so a different length (say a ``DistributedSampler`` under another world size) is
+refused instead of resuming misaligned.
 ``sampler`` and ``dataset`` are the verbatim ``state_dict()`` of a user sampler or dataset that has
 one (torchdata's ``Stateful`` protocol), else ``None``: the dict is JSON-serialisable exactly when
 those sub-states are. ``iterable`` is ``None`` for map-style datasets; for an ``IterableDataset`` it
@@ -32,7 +36,7 @@ FORMAT = "seqloader.DataLoader"
 VERSION = 1
 #: The keys of a version-:data:`VERSION` state, in order.
 KEYS = ("format", "version", "seed", "epoch", "position", "dataset_len", "batch_size", "drop_last",
-        "shuffle", "sampler", "dataset", "iterable", "saved_with")
+        "shuffle", "sampler_len", "sampler", "dataset", "iterable", "saved_with")
 
 _STAGE = "load_state_dict"
 
@@ -107,6 +111,7 @@ class LoaderState:
     batch_size: Optional[int]
     drop_last: bool
     shuffle: bool
+    sampler_len: Optional[int] = None
     sampler: Any = None
     dataset: Any = None
     iterable: Optional[IterableState] = None
@@ -118,7 +123,7 @@ class LoaderState:
             "format": FORMAT, "version": VERSION, "seed": self.seed, "epoch": self.epoch,
             "position": self.position, "dataset_len": self.dataset_len,
             "batch_size": self.batch_size, "drop_last": self.drop_last, "shuffle": self.shuffle,
-            "sampler": self.sampler, "dataset": self.dataset,
+            "sampler_len": self.sampler_len, "sampler": self.sampler, "dataset": self.dataset,
             "iterable": None if self.iterable is None else self.iterable.to_dict(),
             "saved_with": dict(self.saved_with),
         }
@@ -157,20 +162,23 @@ class LoaderState:
                "dataset_len", d["dataset_len"], "None or a non-negative int")
         _check(d["batch_size"] is None or _is_int(d["batch_size"]) and d["batch_size"] > 0,
                "batch_size", d["batch_size"], "None or a positive int")
+        _check(d["sampler_len"] is None or _is_int(d["sampler_len"]) and d["sampler_len"] >= 0,
+               "sampler_len", d["sampler_len"], "None or a non-negative int")
         for key in ("drop_last", "shuffle"):
             _check(isinstance(d[key], bool), key, d[key], "a bool")
         _check(isinstance(d["saved_with"], dict), "saved_with", d["saved_with"], "a dict")
         iterable = None if d["iterable"] is None else IterableState.from_dict(d["iterable"])
         return cls(seed=d["seed"], epoch=d["epoch"], position=d["position"],
                    dataset_len=d["dataset_len"], batch_size=d["batch_size"],
-                   drop_last=d["drop_last"], shuffle=d["shuffle"], sampler=d["sampler"],
+                   drop_last=d["drop_last"], shuffle=d["shuffle"], sampler_len=d["sampler_len"],
+                   sampler=d["sampler"],
                    dataset=d["dataset"], iterable=iterable, saved_with=dict(d["saved_with"]))
 
 
 def check_matches(saved: LoaderState, current: LoaderState) -> None:
     """Raise ``ValueError`` if ``saved`` cannot resume the loader whose fresh state is ``current``.
 
-    Compared: ``dataset_len``, ``batch_size``, ``drop_last``, ``shuffle``, whether the dataset is
+    Compared: ``dataset_len``, ``batch_size``, ``drop_last``, ``shuffle``, ``sampler_len``, whether the dataset is
     iterable, and whether the sampler and dataset have sub-states. ``seed``, ``epoch`` and
     ``position`` are taken from ``saved``; ``saved_with`` is ignored.
 
@@ -192,6 +200,11 @@ def check_matches(saved: LoaderState, current: LoaderState) -> None:
         if a != b:
             raise ValueError(f"{_STAGE}: {key!r} is {a!r} in the state_dict but this loader has "
                              f"{what}={b!r}; build the loader with the arguments it was saved with")
+    if saved.sampler_len != current.sampler_len:
+        raise ValueError(f"{_STAGE}: 'sampler_len' is {saved.sampler_len} in the state_dict but this "
+                         f"loader's sampler has len {current.sampler_len}; a custom sampler's positions "
+                         "only resume the same sampler (e.g. a DistributedSampler needs the same "
+                         "world size; the built-in sharding of shuffle=True/False resumes any)")
     if (saved.iterable is None) != (current.iterable is None):
         kind = lambda s: "an IterableDataset" if s.iterable is not None else "a map-style dataset"  # noqa: E731
         raise ValueError(f"{_STAGE}: 'iterable' says the state_dict was saved for {kind(saved)} but "

@@ -42,7 +42,7 @@ def test_json_small_and_same_keys_and_types_before_mid_and_after(kw):
 def test_state_values():
     sd = make().state_dict()
     assert sd == {"format": "seqloader.DataLoader", "version": 1, "seed": 3, "epoch": 0, "position": 0,
-                  "dataset_len": 10, "batch_size": 4, "drop_last": False, "shuffle": True,
+                  "dataset_len": 10, "batch_size": 4, "drop_last": False, "shuffle": True, "sampler_len": None,
                   "sampler": None, "dataset": None, "iterable": None,
                   "saved_with": {"num_workers": 0, "world_size": 1}}
 
@@ -152,3 +152,24 @@ def test_bijective_sampler_state_and_size():
     resumed.load_state_dict(sd)
     assert next(iter(resumed)).tolist() == next(it).tolist()
     assert first.min() >= 0 and first.max() < n
+
+
+def test_a_custom_sampler_of_another_length_is_refused():
+    from torch.utils.data import DistributedSampler
+
+    def loader(world):
+        return DataLoader(list(range(12)), batch_size=2,
+                          sampler=DistributedSampler(range(12), num_replicas=world, rank=0, shuffle=False))
+
+    saved = loader(2)
+    it = iter(saved)
+    next(it)
+    sd = saved.state_dict()
+    assert sd["sampler_len"] == 6
+    fresh = loader(3)
+    with pytest.raises(ValueError, match=r"'sampler_len' is 6 in the state_dict but this loader's sampler has len 4"):
+        fresh.load_state_dict(sd)
+    assert fresh.state_dict()["position"] == 0  # untouched
+    same = loader(2)
+    same.load_state_dict(sd)
+    assert [b.tolist() for b in same] == [b.tolist() for b in it]
