@@ -27,15 +27,11 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin
 from seqloader.loader import iterable as _iterable
 from seqloader.loader import sampling
 from seqloader.loader.fetch import EpochBatches
-from seqloader.loader.state import LoaderState, check_matches
+from seqloader.loader.state import LoaderState, check_matches, is_stateful
 from seqloader.prefetch.seeding import preserved_globals
 from seqloader.rng import check_seed, derive_seed
 
 __all__ = ["DataLoader", "StatefulDataLoader"]
-
-
-def _stateful(obj: Any) -> bool:
-    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +129,7 @@ class DataLoader(torch.utils.data.DataLoader):
     @property
     def _stateful_sampler(self) -> Any:
         obj = self._user_batch_sampler if self._user_batch_sampler is not None else self._user_sampler
-        return obj if _stateful(obj) else None
+        return obj if is_stateful(obj) else None
 
     def _order(self, epoch: int) -> Any:
         if isinstance(self._user_sampler, sampling.BijectiveShuffleSampler):
@@ -253,7 +249,7 @@ class DataLoader(torch.utils.data.DataLoader):
         else:
             sampler_state = sampler.state_dict()
         dataset_state = None
-        if not self._is_iterable and _stateful(self.dataset):
+        if not self._is_iterable and is_stateful(self.dataset):
             dataset_state = self.dataset.state_dict()
         return self._state(dataset_state, sampler_state).to_dict()
 
@@ -283,7 +279,7 @@ class DataLoader(torch.utils.data.DataLoader):
         saved = LoaderState.from_dict(state_dict)
         current = self._state(
             dataset_state=(self.dataset.state_dict()
-                           if not self._is_iterable and _stateful(self.dataset) else None),
+                           if not self._is_iterable and is_stateful(self.dataset) else None),
             sampler_state=self._stateful_sampler.state_dict() if self._stateful_sampler else None)
         check_matches(saved, current)
         if (not self._is_iterable and self._builtin_order and saved.position

@@ -28,17 +28,13 @@ import torch.utils.data
 from torch.utils.data._utils import worker as _torch_worker
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
-from seqloader.loader.state import IterableState
+from seqloader.loader.state import IterableState, is_stateful
 from seqloader.prefetch.seeding import seed_globals
 from seqloader.rng import derive_seed
 
 __all__ = ["IterableIterator", "IterableProgress"]
 
 _log = logging.getLogger("seqloader")
-
-
-def _stateful(obj: Any) -> bool:
-    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +82,7 @@ class _Streams(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         wid = 0 if info is None else info.id
         ds = self.dataset
-        stateful = _stateful(ds)
+        stateful = is_stateful(ds)
         count, skip_items = 0, 0
         if self.resume is not None:
             w = self.resume[wid]
@@ -189,7 +185,7 @@ class IterableIterator:
         self._pin_device = pin_device
         progress: IterableProgress = loader._iterable
         resume = tuple(progress.workers) if progress.started else None
-        if resume is not None and not _stateful(loader.dataset) and any(w["batches"] for w in resume):
+        if resume is not None and not is_stateful(loader.dataset) and any(w["batches"] for w in resume):
             _log.warning("seqloader.DataLoader: %s has no state_dict/load_state_dict; resuming "
                          "replays its stream (skips %d already yielded batches)",
                          type(loader.dataset).__name__, sum(w["batches"] for w in resume))

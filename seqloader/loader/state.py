@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
-__all__ = ["FORMAT", "VERSION", "KEYS", "LoaderState", "check_matches"]
+__all__ = ["FORMAT", "VERSION", "KEYS", "LoaderState", "check_matches", "is_stateful"]
 
 #: The value of the ``"format"`` key.
 FORMAT = "seqloader.DataLoader"
@@ -42,6 +42,16 @@ _STAGE = "load_state_dict"
 
 #: ``_MIGRATIONS[v]`` turns a version-``v`` dict into a version-``v + 1`` dict (a new dict).
 _MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+
+def is_stateful(obj: Any) -> bool:
+    """Whether ``obj`` follows torchdata's ``Stateful`` protocol (``state_dict`` and ``load_state_dict``).
+
+    Example:
+        >>> is_stateful(object()), is_stateful(type("S", (), {"state_dict": dict, "load_state_dict": print})())
+        (False, True)
+    """
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
 
 def _is_int(v: Any) -> bool:
