@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import warnings
 import weakref
 from typing import Any, Optional
 
 import torch
 import torch.utils.data
-from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
 from seqloader.loader import iterable as _iterable
 from seqloader.loader import sampling
+from seqloader.loader.epoch import MapIterator, Workers, pin_device
 from seqloader.loader.fetch import EpochBatches
 from seqloader.loader.state import LoaderState, check_matches, is_stateful
-from seqloader.prefetch.seeding import preserved_globals
-from seqloader.rng import check_seed, derive_seed
+from seqloader.rng import check_seed
 
 __all__ = ["DataLoader", "StatefulDataLoader"]
 
@@ -112,7 +110,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._indices: Optional[_EpochIndices] = None
         self._iterable = _iterable.IterableProgress.fresh(self) if self._is_iterable else None
         self._generation = 0        # bumped by iter() and load_state_dict: older iterators stop
-        self._workers = _Workers()  # the live Prefetch (kept across epochs if persistent)
+        self._workers = Workers()  # the live Prefetch (kept across epochs if persistent)
         weakref.finalize(self, self._workers.close)
 
     # -- what is read --------------------------------------------------------------------------
@@ -188,16 +186,16 @@ class DataLoader(torch.utils.data.DataLoader):
         if self.num_workers > 0:
             self.check_worker_number_rationality()
         self._check_seed_is_shared()
-        pin_device = _pin_device(self)
+        device = pin_device(self)
         generation = self._begin()
         if self._is_iterable:
-            return _iterable.IterableIterator(self, generation, pin_device)
+            return _iterable.IterableIterator(self, generation, device)
         seq = EpochBatches(self.dataset, self._plan(self._epoch, self._position), self.collate_fn,
                            self.seed, self._epoch)
         source = seq
         if self.num_workers > 0 and len(seq) > 0:
             source = self._workers.open(self, seq)
-        return _MapIterator(self, generation, seq, source, pin_device)
+        return MapIterator(self, generation, seq, source, device)
 
     def _check_seed_is_shared(self) -> None:
         world = sampling.current_world()[1]
@@ -314,105 +312,3 @@ def _len_or_none(dataset: Any) -> Optional[int]:
         return len(dataset)
     except TypeError:
         return None
-
-
-def _pin_device(loader: DataLoader) -> Optional[str]:
-    """The device to pin batches for, or ``None``; warns like torch's iterator does."""
-    if not loader.pin_memory:
-        return None
-    if loader.pin_memory_device:
-        warnings.warn("pin_memory_device is deprecated, the current accelerator will be used as the "
-                      f"device,ignore pin_memory_device='{loader.pin_memory_device}'.", stacklevel=3)
-    if not torch.accelerator.is_available():
-        warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then device "
-                      "pinned memory won't be used.", stacklevel=3)
-        return None
-    acc = torch.accelerator.current_accelerator()
-    if acc is None or acc.type == "mps":
-        return None
-    return acc.type
-
-
-class _Workers:
-    """The loader's ``Prefetch`` over worker processes: opened per epoch or kept (persistent)."""
-
-    def __init__(self):
-        self.prefetch = None
-        self.persistent = False
-
-    def open(self, loader: DataLoader, seq: EpochBatches):
-        from seqloader.prefetch.prefetch import prefetch
-
-        # EpochBatches seeds the global RNGs per batch itself, so Prefetch's per-item seeding
-        # stays off (seed=None); workers start from a base seed derived from (seed, epoch).
-        if self.prefetch is not None and loader.persistent_workers and not self.prefetch.closed:
-            self.prefetch.reset(seq, seed=None, epoch=seq._epoch)
-            return self.prefetch
-        self.close()
-        self.prefetch = prefetch(
-            seq, loader.num_workers, prefetch_factor=loader.prefetch_factor,
-            multiprocessing_context=loader.multiprocessing_context,
-            worker_init_fn=loader.worker_init_fn, timeout=loader.timeout, seed=None,
-            epoch=seq._epoch, dataset=loader.dataset,
-            base_seed=derive_seed(loader.seed, "worker", seq._epoch) >> 2)
-        self.persistent = loader.persistent_workers
-        return self.prefetch
-
-    def drop_transient(self) -> None:
-        """Close non-persistent workers (a new iterator starts its own)."""
-        if not self.persistent:
-            self.close()
-
-    def close(self) -> None:
-        if self.prefetch is not None:
-            pf, self.prefetch = self.prefetch, None
-            pf.close()
-
-
-class _MapIterator:
-    """Reads one epoch's batch sequence in order and advances the loader's position."""
-
-    def __init__(self, loader: DataLoader, generation: int, seq: EpochBatches, source: Any,
-                 pin_device: Optional[str]):
-        self._loader = loader
-        self._generation = generation
-        self._seq = seq
-        self._source = source
-        self._pin_device = pin_device
-        self._next = 0
-        self._done = False
-
-    def __iter__(self):
-        return self
-
-    def __len__(self) -> int:
-        return len(self._seq)
-
-    def __next__(self):
-        loader = self._loader
-        if self._done:
-            raise StopIteration
-        if loader._generation != self._generation:
-            self._done = True
-            raise RuntimeError("DataLoader: this iterator was superseded by a later iter(loader) or "
-                               "load_state_dict(); iterate the loader again")
-        b, n = self._next, len(self._seq)
-        if b >= n:  # an empty epoch
-            self._done = True
-            loader._next_epoch()
-            raise StopIteration
-        if self._source is self._seq:
-            with preserved_globals():
-                batch = self._seq[b]
-        else:
-            batch = self._source[b]
-        self._next = b + 1
-        if b + 1 == n:
-            self._done = True
-            loader._next_epoch()
-            loader._workers.drop_transient()
-        else:
-            loader._position = self._seq.end_position(b)
-        if self._pin_device is not None:
-            batch = _pin(batch, self._pin_device)
-        return batch
