@@ -5,7 +5,8 @@ of :data:`seqloader.bench.WORKLOADS`, which registers them:
 
 * ``resume``: seconds to the first batch after ``load_state_dict`` at 90% of a shuffled epoch
   of 1_000_000 items (batch 256), against a fresh loader's first batch, and against reaching the
-  same batch with torch's ``DataLoader`` by iterating (what a replaying resume costs).
+  same batch with torch's ``DataLoader`` by iterating (what a replaying resume costs); when
+  torchdata is installed, also its ``StatefulDataLoader`` resumed at the same point.
 * ``state_size``: bytes of ``json.dumps(loader.state_dict())`` mid-epoch.
 * ``loader_tiny``: throughput of ``seqloader.DataLoader`` against torch's on 200_000 ints,
   batch 256, with 0 and 2 workers (one epoch each, workers started inside the timing).
@@ -59,10 +60,40 @@ def resume_latency(opts) -> list:
         t0 = time.perf_counter()
         torch_replay()
         best["torch_replay"] = min(best["torch_replay"], time.perf_counter() - t0)
-    return [Row("resume@90%", "seqloader resume", 0, best["resume"], "s",
+    rows = [Row("resume@90%", "seqloader resume", 0, best["resume"], "s",
                 ratio=best["torch_replay"] / best["resume"]),
             Row("resume@90%", "seqloader fresh", 0, best["fresh"], "s"),
             Row("resume@90%", "torch replay", 0, best["torch_replay"], "s")]
+    return rows + _torchdata_resume(ds, bs, state["position"] // bs, opts.repeat)
+
+
+def _torchdata_resume(ds, bs: int, batches: int, repeat: int) -> list:
+    """torchdata's ``StatefulDataLoader`` resumed at the same point, when torchdata is installed."""
+    from seqloader.bench import Row
+
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError:
+        return []
+    loader = StatefulDataLoader(ds, batch_size=bs, shuffle=True)
+    it = iter(loader)
+    for _ in range(batches):  # reach the save point once (not timed)
+        next(it)
+    state = loader.state_dict()
+    del it
+
+    def resumed():
+        fresh = StatefulDataLoader(ds, batch_size=bs, shuffle=True)
+        fresh.load_state_dict(state)
+        return fresh
+
+    best = {"resume": float("inf"), "fresh": float("inf")}
+    for _ in range(repeat):
+        best["resume"] = min(best["resume"], _first_batch_seconds(resumed))
+        best["fresh"] = min(best["fresh"], _first_batch_seconds(
+            lambda: StatefulDataLoader(ds, batch_size=bs, shuffle=True)))
+    return [Row("resume@90%", "torchdata resume", 0, best["resume"], "s"),
+            Row("resume@90%", "torchdata fresh", 0, best["fresh"], "s")]
 
 
 def state_size(opts) -> list:
