@@ -12,8 +12,9 @@ Protocol (parent side):
 1. create a fresh rendezvous file name and one result file name per rank in ``workdir``;
 2. start one ``spawn`` process per rank; each calls ``init_process_group(backend,
    init_method="file://...")``, runs ``fn``, writes ``("ok", value)`` or ``("error", exc,
-   traceback_text)`` to its result file with ``pickle``, and always calls
-   ``destroy_process_group()``;
+   traceback_text)`` to its result file with ``pickle``, always calls
+   ``destroy_process_group()``, runs the ``atexit`` handlers and leaves with ``os._exit`` (the
+   interpreter's native teardown can abort on gloo's threads after the work is done);
 3. wait on the process sentinels until all have exited, one has failed or ``timeout`` passes.
    After a failure the others get 2 s to exit (a peer often fails *because of* the first
    failure, e.g. "connection reset" in a collective) and are then terminated: they would
@@ -24,11 +25,13 @@ Protocol (parent side):
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import sys
 import tempfile
 import time
 import traceback
@@ -62,8 +65,14 @@ def _rank_main(fn: Callable, rank: int, world_size: int, args: tuple, init_file:
         _report(result_file, outcome, rank)  # before leaving the group: peers may fail right after
     finally:
         dist.destroy_process_group()
-    if outcome[0] == "error":
-        raise SystemExit(1)
+    # The outcome is on disk. Run Python's exit handlers (multiprocessing's, weakref finalizers
+    # that close loaders' workers), then leave without the interpreter's native teardown: gloo's
+    # C++ threads can abort it ("terminate called without an active exception", SIGABRT) after
+    # a rank has already succeeded.
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1 if outcome[0] == "error" else 0)
 
 
 def _report(result_file: str, outcome: tuple, rank: int) -> None:
@@ -170,10 +179,12 @@ def run_distributed(fn: Callable[..., Any], world_size: int, args: tuple = (), *
         for r, path in enumerate(result_files):
             if procs[r].exitcode != 0 and os.path.exists(path):
                 with open(path, "rb") as f:
-                    errors[r] = pickle.load(f)
+                    report = pickle.load(f)
+                if report[0] == "error":
+                    errors[r] = report
         if not errors:
             raise RuntimeError(f"{_OP}: rank {failed} (pid {procs[failed].pid}) exited with code "
-                               f"{procs[failed].exitcode} without reporting a result")
+                               f"{procs[failed].exitcode} without reporting an error")
         first = min(errors, key=lambda r: errors[r][3])  # the root cause failed first
         _, exc, text, _ = errors[first]
         add_note(exc, f"seqloader: raised in {_OP} at rank {first} of {world_size}; its traceback:\n{text}")

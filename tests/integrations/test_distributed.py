@@ -168,6 +168,18 @@ def test_a_failing_rank_raises_its_error_and_stops_the_others(tmp_path):
     assert any("run_distributed at rank 1 of 2" in note for note in info.value.__notes__)
 
 
+def _succeed_then_die_at_exit(rank, world_size):
+    import atexit
+
+    atexit.register(os._exit, 3)  # runs after the "ok" report, like a crash in teardown
+    return rank
+
+
+def test_a_rank_that_dies_after_reporting_success_is_an_error_not_a_result(tmp_path):
+    with pytest.raises(RuntimeError, match=r"rank 0 \(pid \d+\) exited with code 3 without reporting an error"):
+        run_distributed(_succeed_then_die_at_exit, 1, workdir=tmp_path, timeout=60)
+
+
 def test_a_hung_world_is_terminated_after_the_timeout(tmp_path):
     with pytest.raises(RuntimeError, match=r"rank\(s\) \[0\] did not finish within 3 s"):
         run_distributed(_sleep, 1, workdir=tmp_path, timeout=3)
