@@ -43,6 +43,16 @@ def json_round_trip(sd: dict) -> dict:
     return json.loads(json.dumps(sd))
 
 
+def run_saving_after(loader: Any, step: int) -> tuple[list, dict]:
+    """Iterate ``loader`` to the end of its epoch; return all batches and the state after batch ``step``."""
+    batches, state = [], None
+    for i, batch in enumerate(loader):
+        batches.append(batch)
+        if i == step:
+            state = loader.state_dict()
+    return batches, state
+
+
 def record(make_loader: Callable[[int], Any], num_workers: int) -> tuple[list, list, list]:
     """``(epoch0, epoch1, states)``: ``states[k]`` is the state after ``k`` batches of epoch 0."""
     loader = make_loader(num_workers)

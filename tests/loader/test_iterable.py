@@ -10,7 +10,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from seqloader import DataLoader
 
-from resume_utils import assert_batches_equal, assert_resumes_exactly, json_round_trip
+from resume_utils import assert_batches_equal, assert_resumes_exactly, json_round_trip, run_saving_after
 
 
 class MyIterableDataset(IterableDataset):
@@ -64,11 +64,7 @@ def make_uneven(nw):
 def test_tutorial_stateful_iterable_dataset():
     for num_workers in (0, 2):
         dl = make_tutorial(num_workers)
-        batches = []
-        for i, batch in enumerate(dl):
-            batches.append(batch)
-            if i == 2:
-                sd = dl.state_dict()
+        batches, sd = run_saving_after(dl, 2)
         dl.load_state_dict(sd)
         assert_batches_equal(list(dl), batches[3:], f"num_workers={num_workers}")
 

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import torch
-from torch.utils.data import BatchSampler, Dataset, RandomSampler, Sampler
+from torch.utils.data import Dataset, RandomSampler, Sampler
 
 from seqloader import BijectiveShuffleSampler, DataLoader
 from seqloader.loader import sampling
 
-from resume_utils import assert_batches_equal, assert_resumes_exactly, json_round_trip
+from resume_utils import assert_batches_equal, assert_resumes_exactly, json_round_trip, run_saving_after
 
 
 # -- datasets (module level: picklable for workers and spawn) ------------------------------------
@@ -199,11 +199,7 @@ def test_tutorial_stateful_sampler_and_noisy_dataset():
     for num_workers in (0, 2):
         dl = DataLoader(NoisyRange(5, 1, 1), sampler=MySampler(5, 1, 10), batch_size=2,
                         drop_last=False, num_workers=num_workers, seed=0)
-        batches = []
-        for i, batch in enumerate(dl):
-            batches.append(batch)
-            if i == 2:
-                sd = dl.state_dict()
+        batches, sd = run_saving_after(dl, 2)
         dl.load_state_dict(sd)
         batches2 = list(dl)
         assert len(batches) == 5
