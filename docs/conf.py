@@ -33,7 +33,8 @@ napoleon_numpy_docstring = False
 napoleon_use_rtype = False
 
 # Public names only; signatures from the code, type hints in the description.
-autodoc_default_options = {"members": False, "undoc-members": False, "private-members": False}
+# (No autodoc_default_options: under Sphinx 9 a "members" default overrides the explicit
+# :members: lists of the API pages, and the defaults already document no members.)
 autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented"
 autodoc_member_order = "bysource"

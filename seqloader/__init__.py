@@ -1,19 +1,72 @@
 """seqloader: lazy, position-addressable sequences and a stateful, seekable DataLoader.
 
-Public names are listed in ``__all__``; everything else is private.
+The public API is the names in ``__all__`` (import them from here: ``from seqloader import
+shuffle, DataLoader``) and three public modules: :mod:`seqloader.rng` (seed derivations),
+:mod:`seqloader.sampler` (torchdata's ``StatefulDistributedSampler`` and ``Stateful`` under the
+path torchdata code imports them from) and :mod:`seqloader.testing` (test helpers). Every other
+module is internal and may change without notice.
+
+Names resolve lazily (PEP 562): ``import seqloader`` imports nothing else, and using only the
+sequence ops (layers L0-L1) never imports torch.
 """
 
-from seqloader.sequences.base import LazySequence
-from seqloader.sequences.mapping import rng_map, smap
-from seqloader.sequences.reorder import concatenate, gather, repeat, shuffle
-from seqloader.sequences.shape import batch
-from seqloader.sequences.shard import shard
-from seqloader.prefetch import Prefetch, prefetch
-from seqloader.integrations.torch_iterable import as_iterable_dataset
-from seqloader.integrations.distributed import run_distributed
-from seqloader.loader.dataloader import DataLoader, StatefulDataLoader
-from seqloader.loader.sampling import BijectiveShuffleSampler
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["LazySequence", "smap", "rng_map", "gather", "shuffle", "concatenate", "repeat", "batch", "shard", "prefetch", "Prefetch", "as_iterable_dataset", "run_distributed", "DataLoader", "StatefulDataLoader", "BijectiveShuffleSampler", "__version__"]
+#: public name -> the module that defines it
+_EXPORTS = {
+    "LazySequence": "seqloader.sequences.base",
+    "smap": "seqloader.sequences.mapping",
+    "rng_map": "seqloader.sequences.mapping",
+    "gather": "seqloader.sequences.reorder",
+    "shuffle": "seqloader.sequences.reorder",
+    "concatenate": "seqloader.sequences.reorder",
+    "repeat": "seqloader.sequences.reorder",
+    "batch": "seqloader.sequences.shape",
+    "shard": "seqloader.sequences.shard",
+    "prefetch": "seqloader.prefetcher.prefetch",
+    "Prefetch": "seqloader.prefetcher.prefetch",
+    "DataLoader": "seqloader.loader.dataloader",
+    "StatefulDataLoader": "seqloader.loader.dataloader",
+    "BijectiveShuffleSampler": "seqloader.loader.sampling",
+    "StatefulDistributedSampler": "seqloader.sampler",
+    "Stateful": "seqloader.sampler",
+    "as_iterable_dataset": "seqloader.integrations.torch_iterable",
+}
+
+#: public modules, imported on first access (``seqloader.testing.run_distributed``)
+_SUBMODULES = ("rng", "sampler", "testing")
+
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"seqloader.{name}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'seqloader' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # resolved once; later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from seqloader.integrations.torch_iterable import as_iterable_dataset
+    from seqloader.loader.dataloader import DataLoader, StatefulDataLoader
+    from seqloader.loader.sampling import BijectiveShuffleSampler
+    from seqloader.prefetcher.prefetch import Prefetch, prefetch
+    from seqloader.sampler import Stateful, StatefulDistributedSampler
+    from seqloader.sequences.base import LazySequence
+    from seqloader.sequences.mapping import rng_map, smap
+    from seqloader.sequences.reorder import concatenate, gather, repeat, shuffle
+    from seqloader.sequences.shape import batch
+    from seqloader.sequences.shard import shard

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 import torch.utils.data
 
 import seqloader
+from seqloader.prefetcher.shm import SHM_PREFIX
 
 CRASH_EXIT_CODE = 75  # the simulated crash; any other exit code of the trainer is a real failure
 
@@ -203,7 +204,7 @@ def _process_group_alive(pgid: int) -> bool:
 
 def _shm_segments() -> set[str]:
     try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith("seqloader_")}
+        return {n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIX)}
     except OSError:
         return set()
 
@@ -268,7 +269,7 @@ def run_demo(args: argparse.Namespace) -> bool:
             print(f"  trainer died with exit code {rc}")
         if not workers_gone:
             failures.append("worker processes outlived the crashed trainer by more than 15 s")
-        leaked = sorted(n for n in _shm_segments() - shm_before if n.startswith(f"seqloader_{pid}_"))
+        leaked = sorted(n for n in _shm_segments() - shm_before if n.startswith(f"{SHM_PREFIX}{pid}_"))
         if leaked:
             for name in leaked:  # the crashed trainer's segments (named after its pid): remove them
                 with contextlib.suppress(OSError):
@@ -293,8 +294,17 @@ def run_demo(args: argparse.Namespace) -> bool:
           f"resumed batch (loader.load_state_dict: {1e3 * result['load_state_dict_s']:.2f} ms; the rest is "
           f"torch.load, building the model" + (f" and starting {args.workers} workers)" if args.workers else ")"))
     print(f"  throughput after resume: {result['samples_per_s']:.0f} samples/s")
-    interrupted = before + after
-    reference = ref["steps"]
+    failures += _compare(before + after, ref["steps"])
+    if failures:
+        print("FAIL: " + "; ".join(failures))
+        return False
+    print("PASS: the crashed and resumed run saw the same batches and losses as the uninterrupted run")
+    return True
+
+
+def _compare(interrupted: list, reference: list) -> list[str]:
+    """Print the step-by-step comparison with the uninterrupted run; return what differs."""
+    failures = []
     same_batches = sum(a["batch"] == b["batch"] for a, b in zip(interrupted, reference))
     same_losses = sum(a["loss"] == b["loss"] for a, b in zip(interrupted, reference))
     print("checks against the uninterrupted run:")
@@ -309,11 +319,7 @@ def run_demo(args: argparse.Namespace) -> bool:
         failures.append(f"batches differ from step {first} on")
     if same_losses != len(reference):
         failures.append("losses differ")
-    if failures:
-        print("FAIL: " + "; ".join(failures))
-        return False
-    print("PASS: the crashed and resumed run saw the same batches and losses as the uninterrupted run")
-    return True
+    return failures
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:

@@ -43,7 +43,7 @@ def add_note(exc: BaseException, note: str) -> BaseException:
         notes = getattr(exc, "__notes__", None)
         if not isinstance(notes, list):
             notes = []
-            exc.__notes__ = notes
+            setattr(exc, "__notes__", notes)  # not in BaseException's stubs before 3.11
         notes.append(note)
     return exc
 
@@ -79,7 +79,7 @@ def annotate(stage: Any, index: int, **context: Any) -> Iterator[None]:
             where = f"seqloader: raised in {stage!r}" if not isinstance(stage, str) else f"seqloader: raised in {stage}"
             add_note(exc, f"{where} at item {index}" + (f" ({extra})" if extra else ""))
             try:
-                exc._seqloader_annotated = True
+                setattr(exc, "_seqloader_annotated", True)  # a private marker, not a declared attribute
             except AttributeError:  # pragma: no cover - exceptions with __slots__
                 pass
         raise
@@ -113,10 +113,10 @@ def check_nonnegative_int(op: str, arg: str, value: Any) -> int:
         Traceback (most recent call last):
         ValueError: shuffle: seed must be a non-negative int (got -1)
     """
-    value = check_int(op, arg, value)
-    if value < 0:
-        raise ValueError(f"{op}: {arg} must be a non-negative int (got {value})")
-    return value
+    i = check_int(op, arg, value)
+    if i < 0:
+        raise ValueError(f"{op}: {arg} must be a non-negative int (got {i})")
+    return i
 
 
 def check_positive_int(op: str, arg: str, value: Any) -> int:
@@ -127,10 +127,10 @@ def check_positive_int(op: str, arg: str, value: Any) -> int:
         Traceback (most recent call last):
         ValueError: batch: k must be a positive int (got 0)
     """
-    value = check_int(op, arg, value)
-    if value <= 0:
-        raise ValueError(f"{op}: {arg} must be a positive int (got {value})")
-    return value
+    i = check_int(op, arg, value)
+    if i <= 0:
+        raise ValueError(f"{op}: {arg} must be a positive int (got {i})")
+    return i
 
 
 def normalize_index(key: Any, length: int, stage: Any) -> int:

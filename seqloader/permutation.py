@@ -23,9 +23,10 @@ same map for one position in pure Python.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Callable
 
 import numpy as np
+import numpy.typing as npt
 
 from seqloader.errors import check_int, check_nonnegative_int, check_positive_int
 from seqloader.rng import check_seed, derive_seed
@@ -41,6 +42,9 @@ _C2 = 0xBF58476D1CE4E5B9
 _U_C1 = np.uint64(_C1)
 _U_C2 = np.uint64(_C2)
 _U32 = np.uint64(32)
+
+#: A uint64 array of positions (the network's working type).
+_U64 = npt.NDArray[np.uint64]
 
 
 class FeistelPermutation:
@@ -97,25 +101,27 @@ class FeistelPermutation:
     # -- the network on [0, a * b) ------------------------------------------------------------
 
     @staticmethod
-    def _f(right: np.ndarray, key: np.uint64, q: np.uint64) -> np.ndarray:
-        h = (right ^ key) * _U_C1
+    def _f(right: _U64, key: np.uint64, q: np.uint64) -> _U64:
+        # numpy's stubs type some uint64 array arithmetic as Any: the annotations restore it.
+        h: _U64 = (right ^ key) * _U_C1
         h ^= h >> _U32
         h *= _U_C2
-        return (h >> _U32) % q
+        out: _U64 = (h >> _U32) % q
+        return out
 
-    def _encrypt(self, x: np.ndarray) -> np.ndarray:
+    def _encrypt(self, x: _U64) -> _U64:
         for m, q, key in self._np_params:
             left, right = np.divmod(x, m)
             x = right * q + (left + self._f(right, key, q)) % q
         return x
 
-    def _decrypt(self, x: np.ndarray) -> np.ndarray:
+    def _decrypt(self, x: _U64) -> _U64:
         for m, q, key in reversed(self._np_params):
             right, low = np.divmod(x, q)
             x = ((low + q - self._f(right, key, q)) % q) * m + right
         return x
 
-    def _walk(self, x: np.ndarray, step) -> np.ndarray:
+    def _walk(self, x: _U64, step: Callable[[_U64], _U64]) -> _U64:
         n = np.uint64(self._n)
         y = step(x)
         todo = np.flatnonzero(y >= n)
@@ -125,7 +131,7 @@ class FeistelPermutation:
             todo = todo[z >= n]
         return y
 
-    def _check(self, idx: Any) -> np.ndarray:
+    def _check(self, idx: npt.ArrayLike) -> _U64:
         a = np.asarray(idx)
         if a.dtype.kind not in "iu":
             if a.size == 0:
@@ -140,7 +146,7 @@ class FeistelPermutation:
 
     # -- public API ---------------------------------------------------------------------------
 
-    def __call__(self, idx: Any) -> np.ndarray:
+    def __call__(self, idx: npt.ArrayLike) -> _U64:
         """Map an array of positions in ``[0, n)`` to their images, as a new ``uint64`` array.
 
         Raises:
@@ -152,7 +158,7 @@ class FeistelPermutation:
             return x
         return self._walk(x.reshape(-1), self._encrypt).reshape(x.shape)
 
-    def inverse(self, idx: Any) -> np.ndarray:
+    def inverse(self, idx: npt.ArrayLike) -> _U64:
         """The inverse map: ``p.inverse(p(x)) == x``; same arguments and errors as calling ``p``."""
         x = self._check(idx)
         if not self._params or x.size == 0:
@@ -205,9 +211,9 @@ class FeistelPermutation:
     def __hash__(self) -> int:
         return hash((FeistelPermutation, self._n, self._seed, self._rounds))
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, int]:
         return {"n": self._n, "seed": self._seed, "rounds": self._rounds}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, int]) -> None:
         self._n, self._seed, self._rounds = state["n"], state["seed"], state["rounds"]
         self._setup()

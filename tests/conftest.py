@@ -14,12 +14,13 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, settings
 
+from seqloader.prefetcher.shm import SHM_PREFIX
+
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=60,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None, max_examples=100)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
-SHM_PREFIX = "seqloader_"
 _MP_DIRS = ("prefetch", "loader", "integrations")
 
 

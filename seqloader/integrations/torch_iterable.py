@@ -63,7 +63,6 @@ class SequenceIterableDataset(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, seq: Sequence, rank: int, world_size: int):
-        self._seq = seq
         self.rank = rank
         self.world_size = world_size
         self._part = SliceView(seq, slice(rank, None, world_size))

@@ -1,8 +1,9 @@
 """``seqloader.DataLoader``: torch's ``DataLoader`` with exact, O(1) mid-epoch resume.
 
-The loader holds ``(epoch, position)`` and, per epoch, composes lazy sequences instead of
-forking torch's iterator: the epoch's order (``loader/sampling.py``) -> fetch + collate
-(``loader/fetch.py``) -> ``Prefetch`` over worker processes (``num_workers > 0``) -> pin memory.
+The loader holds its :class:`~seqloader.loader.progress.Progress` (``(epoch, position)``) and,
+per epoch, composes lazy sequences instead of forking torch's iterator: the epoch's order
+(``loader/sampling.py``) -> fetch + collate (``loader/fetch.py``) -> ``Prefetch`` over worker
+processes (``loader/workers.py``, ``num_workers > 0``) -> pin memory (``loader/epoch.py``).
 Resuming is a seek: the order is rebuilt from ``(seed, epoch)`` and read from ``position``.
 ``IterableDataset`` s run on torch's own machinery (``loader/iterable.py``).
 
@@ -17,19 +18,23 @@ from __future__ import annotations
 import copy
 import dataclasses
 import weakref
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import torch
 import torch.utils.data
 
-from seqloader.loader import iterable as _iterable
 from seqloader.loader import sampling
-from seqloader.loader.epoch import MapIterator, Workers, pin_device
+from seqloader.loader.epoch import MapIterator, pin_device
 from seqloader.loader.fetch import EpochBatches
+from seqloader.loader.iterable import IterableIterator
+from seqloader.loader.progress import Progress
 from seqloader.loader.state import LoaderState, check_matches, is_stateful
+from seqloader.loader.workers import Workers
 from seqloader.rng import check_seed
 
 __all__ = ["DataLoader", "StatefulDataLoader"]
+
+T_co = TypeVar("T_co", covariant=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +46,7 @@ class _EpochIndices:
     sampler_state: Any
 
 
-class DataLoader(torch.utils.data.DataLoader):
+class DataLoader(torch.utils.data.DataLoader[T_co]):
     """A drop-in ``torch.utils.data.DataLoader`` whose ``state_dict`` resumes exactly, by seeking.
 
     Takes torch's arguments (validated by torch, stored as attributes of the same names) and
@@ -90,11 +95,15 @@ class DataLoader(torch.utils.data.DataLoader):
                  worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
                  pin_memory_device: str = "", in_order: bool = True, seed: Optional[int] = None):
-        super().__init__(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
-                         collate_fn, pin_memory, drop_last, timeout, worker_init_fn,
-                         multiprocessing_context, generator, prefetch_factor=prefetch_factor,
-                         persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
-                         in_order=in_order)
+        # Every argument by keyword: frameworks (Lightning) patch DataLoader.__init__ and map
+        # positional arguments by their own signature.
+        super().__init__(dataset=dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
+                         batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
+                         pin_memory=pin_memory, drop_last=drop_last, timeout=timeout,
+                         worker_init_fn=worker_init_fn,
+                         multiprocessing_context=multiprocessing_context, generator=generator,
+                         prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
+                         pin_memory_device=pin_memory_device, in_order=in_order)
         self.shuffle = shuffle
         self.seed = sampling.draw_seed(generator) if seed is None else check_seed("DataLoader", seed)
         # A seed is shared by all ranks when given, loaded, or drawn under an initialised world
@@ -103,13 +112,8 @@ class DataLoader(torch.utils.data.DataLoader):
         # The user's own sampler objects (torch builds defaults into .sampler / .batch_sampler).
         self._user_sampler = sampler
         self._user_batch_sampler = batch_sampler
-        self._epoch = 0
-        self._position = 0
-        self._started = False       # an iterator has begun the current (epoch, position)
-        self._resume = False        # load_state_dict was called: the next iter() resumes
+        self._progress = Progress(max(1, num_workers) if self._is_iterable else None)
         self._indices: Optional[_EpochIndices] = None
-        self._iterable = _iterable.IterableProgress.fresh(self) if self._is_iterable else None
-        self._generation = 0        # bumped by iter() and load_state_dict: older iterators stop
         self._workers = Workers()  # the live Prefetch (kept across epochs if persistent)
         weakref.finalize(self, self._workers.close)
 
@@ -161,24 +165,6 @@ class DataLoader(torch.utils.data.DataLoader):
 
     # -- iteration -----------------------------------------------------------------------------
 
-    def _next_epoch(self) -> None:
-        self._epoch += 1
-        self._position = 0
-        self._started = False
-        if self._is_iterable:
-            self._iterable = _iterable.IterableProgress.fresh(self)
-
-    def _begin(self) -> int:
-        """Settle ``(epoch, position)`` for a new iterator and return its generation."""
-        if self._resume:
-            self._resume = False
-        elif self._started:
-            self._next_epoch()
-        self._started = True
-        self._generation += 1
-        self._workers.drop_transient()
-        return self._generation
-
     def __iter__(self):
         if self.timeout and self.num_workers == 0:
             raise ValueError(f"DataLoader: timeout={self.timeout} needs num_workers > 0 (got "
@@ -187,15 +173,18 @@ class DataLoader(torch.utils.data.DataLoader):
             self.check_worker_number_rationality()
         self._check_seed_is_shared()
         device = pin_device(self)
-        generation = self._begin()
+        progress = self._progress
+        generation = progress.begin()
+        self._workers.drop_transient()
         if self._is_iterable:
-            return _iterable.IterableIterator(self, generation, device)
-        seq = EpochBatches(self.dataset, self._plan(self._epoch, self._position), self.collate_fn,
-                           self.seed, self._epoch)
+            return IterableIterator(self, progress, generation, device)
+        epoch = progress.epoch
+        seq = EpochBatches(self.dataset, self._plan(epoch, progress.position), self.collate_fn,
+                           self.seed, epoch)
         source = seq
         if self.num_workers > 0 and len(seq) > 0:
-            source = self._workers.open(self, seq)
-        return MapIterator(self, generation, seq, source, device)
+            source = self._workers.open(self, seq, epoch)
+        return MapIterator(self, progress, generation, self._workers, seq, source, device)
 
     def _check_seed_is_shared(self) -> None:
         world = sampling.current_world()[1]
@@ -215,17 +204,16 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def _state(self, dataset_state: Any, sampler_state: Any) -> LoaderState:
         rank, world = sampling.current_world()
+        progress = self._progress
         return LoaderState(
-            seed=self.seed, epoch=self._epoch, position=self._position,
+            seed=self.seed, epoch=progress.epoch, position=progress.position,
             dataset_len=_len_or_none(self.dataset), batch_size=self.batch_size,
             drop_last=self.drop_last, shuffle=bool(self.shuffle) and not self._is_iterable,
             sampler_len=(None if self._is_iterable or self._builtin_order else _len_or_none(
                 self._user_batch_sampler if self._user_batch_sampler is not None else self._user_sampler)),
-            sampler=sampler_state, dataset=dataset_state, iterable=self._iterable_state(),
+            sampler=sampler_state, dataset=dataset_state,
+            iterable=None if progress.iterable is None else progress.iterable.copy(),
             saved_with={"num_workers": self.num_workers, "world_size": world})
-
-    def _iterable_state(self):
-        return None if self._iterable is None else self._iterable.to_state()
 
     def state_dict(self) -> dict:
         """The resume state: valid before ``iter``, mid-epoch and at the end of an epoch.
@@ -242,7 +230,8 @@ class DataLoader(torch.utils.data.DataLoader):
         sampler = self._stateful_sampler
         if sampler is None:
             sampler_state = None
-        elif self._indices is not None and self._indices.epoch == self._epoch and self._started:
+        elif (self._indices is not None and self._indices.epoch == self._progress.epoch
+              and self._progress.started):
             sampler_state = self._indices.sampler_state
         else:
             sampler_state = sampler.state_dict()
@@ -285,22 +274,17 @@ class DataLoader(torch.utils.data.DataLoader):
             raise ValueError(f"load_state_dict: 'position' is {saved.position} in the state_dict but "
                              f"an epoch of this loader has {saved.dataset_len} samples; the state is "
                              "corrupt or was saved for a different loader")
-        if self._is_iterable:
-            progress = _iterable.IterableProgress.from_state(self, saved.iterable)
         # validated: mutate
-        self._generation += 1
         self._workers.close()
         if saved.sampler is not None:
             self._stateful_sampler.load_state_dict(copy.deepcopy(saved.sampler))
         if saved.dataset is not None:
             self.dataset.load_state_dict(copy.deepcopy(saved.dataset))
-        self.seed, self._epoch, self._position = saved.seed, saved.epoch, saved.position
+        self.seed = saved.seed
         self._seed_world = None
         self._indices = None
-        self._started = False
-        self._resume = True
-        if self._is_iterable:
-            self._iterable = progress
+        self._progress.load(saved.epoch, saved.position,
+                            None if saved.iterable is None else saved.iterable.copy())
 
 
 #: torchdata's name for the same thing.

@@ -22,16 +22,18 @@ from torch.utils.data import default_collate, default_convert
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 
 from seqloader.errors import annotate
-from seqloader.prefetch.worker import torch_worker_info_hidden
-from seqloader.prefetch.seeding import seed_globals
+from seqloader.loader.seeding import seed_globals
+from seqloader.loader.workers import worker_info_hidden
 from seqloader.sequences.base import LazySequence
 
-__all__ = ["EpochBatches"]
+__all__ = ["EpochBatches", "identity"]
 
 _TORCH_DEFAULTS = (default_collate, default_convert)
 
 
-def _identity(data: Any) -> Any:
+def identity(data: Any) -> Any:
+    """The collate step of torch's fetcher when seqloader collates itself (a module-level function,
+    so sequences holding it pickle)."""
     return data
 
 
@@ -61,13 +63,13 @@ class EpochBatches(LazySequence):
     def _item(self, b: int) -> Any:
         key, indices = self._plan.batch(b)
         seed_globals(self._seed, self._epoch, key)
-        fetcher = _MapDatasetFetcher(self._dataset, self._auto_collation, _identity, False)
+        fetcher = _MapDatasetFetcher(self._dataset, self._auto_collation, identity, False)
         with annotate("DataLoader", key, batch=b, epoch=self._epoch):
             data = fetcher.fetch(indices)
             if self._collate_fn in _TORCH_DEFAULTS:
                 # torch's defaults stack into fresh shared memory whenever they see a WorkerInfo;
                 # Prefetch copies results into its own reused slots, so collate in plain memory.
-                with torch_worker_info_hidden():
+                with worker_info_hidden():
                     return self._collate_fn(data)
             return self._collate_fn(data)
 

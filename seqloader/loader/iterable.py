@@ -28,11 +28,14 @@ import torch.utils.data
 from torch.utils.data._utils import worker as _torch_worker
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
+from seqloader.loader.epoch import superseded_error
+from seqloader.loader.fetch import identity
+from seqloader.loader.progress import Progress
+from seqloader.loader.seeding import seed_globals
 from seqloader.loader.state import IterableState, is_stateful
-from seqloader.prefetch.seeding import seed_globals
 from seqloader.rng import derive_seed
 
-__all__ = ["IterableIterator", "IterableProgress"]
+__all__ = ["IterableIterator"]
 
 _log = logging.getLogger("seqloader")
 
@@ -47,10 +50,6 @@ class _Out:
     state: Any
     skip: bool = False
     exhausted: bool = False
-
-
-def _identity(x):
-    return x
 
 
 class _WorkerInit:
@@ -126,30 +125,6 @@ class _Streams(torch.utils.data.IterableDataset):
 _END = object()  # a private end marker: never a dataset item
 
 
-@dataclasses.dataclass
-class IterableProgress:
-    """Per worker stream: batches yielded, latest dataset state, exhausted; and the next worker."""
-
-    workers: list
-    next_worker: int
-
-    @classmethod
-    def fresh(cls, loader) -> "IterableProgress":
-        n = max(1, loader.num_workers)
-        return cls([{"batches": 0, "state": None, "exhausted": False} for _ in range(n)], 0)
-
-    @classmethod
-    def from_state(cls, loader, state: IterableState) -> "IterableProgress":
-        return cls([copy.deepcopy(dict(w)) for w in state.workers], state.next_worker)
-
-    def to_state(self) -> IterableState:
-        return IterableState(tuple(dict(w) for w in self.workers), self.next_worker)
-
-    @property
-    def started(self) -> bool:
-        return self.next_worker != 0 or any(w["batches"] or w["exhausted"] for w in self.workers)
-
-
 class _StreamGlobals:
     """At ``num_workers=0``: the stream's own global-RNG states, swapped in around each step."""
 
@@ -177,29 +152,29 @@ def _set_globals(states: tuple) -> None:
 
 
 class IterableIterator:
-    """One epoch over an ``IterableDataset``; updates the loader's :class:`IterableProgress`."""
+    """One epoch over an ``IterableDataset``; updates the loader's progress and stream states."""
 
-    def __init__(self, loader, generation: int, pin_device: Optional[str]):
-        self._loader = loader
+    def __init__(self, loader, progress: Progress, generation: int, pin_device: Optional[str]):
+        self._progress = progress
         self._generation = generation
         self._pin_device = pin_device
-        progress: IterableProgress = loader._iterable
-        resume = tuple(progress.workers) if progress.started else None
+        saved: IterableState = progress.iterable
+        resume = tuple(saved.workers) if saved.started else None
         if resume is not None and not is_stateful(loader.dataset) and any(w["batches"] for w in resume):
             _log.warning("seqloader.DataLoader: %s has no state_dict/load_state_dict; resuming "
                          "replays its stream (skips %d already yielded batches)",
                          type(loader.dataset).__name__, sum(w["batches"] for w in resume))
         streams = _Streams(loader.dataset, loader.batch_size, loader.drop_last, loader.collate_fn,
-                           resume, progress.next_worker if resume is not None else 0)
+                           resume, saved.next_worker if resume is not None else 0)
         g = torch.Generator()
-        g.manual_seed(derive_seed(loader.seed, "worker", loader._epoch) % 2**63)
+        g.manual_seed(derive_seed(loader.seed, "worker", progress.epoch) % 2**63)
         nw = loader.num_workers
         inner = torch.utils.data.DataLoader(
-            streams, batch_size=None, num_workers=nw, collate_fn=_identity, timeout=loader.timeout,
+            streams, batch_size=None, num_workers=nw, collate_fn=identity, timeout=loader.timeout,
             worker_init_fn=_WorkerInit(loader.worker_init_fn) if nw else None,
             multiprocessing_context=loader.multiprocessing_context if nw else None, generator=g,
             prefetch_factor=loader.prefetch_factor, in_order=True)
-        self._globals = _StreamGlobals(loader.seed, loader._epoch) if nw == 0 else None
+        self._globals = _StreamGlobals(loader.seed, progress.epoch) if nw == 0 else None
         self._it = iter(inner)
         self._done = False
         self._started = False
@@ -218,7 +193,6 @@ class IterableIterator:
 
     def _read(self) -> Optional[_Out]:
         """The next batch record (placeholders skipped, ended streams noted), or ``None`` at the end."""
-        progress: IterableProgress = self._loader._iterable
         while True:
             try:
                 out = self._step()
@@ -226,35 +200,31 @@ class IterableIterator:
                 self._close()
                 return None
             if out.exhausted:
-                progress.workers[out.worker]["exhausted"] = True
+                self._progress.iterable.mark_exhausted(out.worker)
             if not out.skip:
                 return out
 
     def __next__(self):
-        loader = self._loader
+        progress = self._progress
         if self._done:
             raise StopIteration
-        if loader._generation != self._generation:
+        if progress.superseded(self._generation):
             self._close()
-            raise RuntimeError("DataLoader: this iterator was superseded by a later iter(loader) or "
-                               "load_state_dict(); iterate the loader again")
+            raise superseded_error()
         # One batch of look-ahead: the epoch ends (and its counter advances) when its last batch
         # is yielded, as for map-style datasets, so a state saved then starts the next epoch.
         out = self._pending if self._started else self._read()
         self._started = True
         if out is None:
             self._close()
-            loader._next_epoch()
+            progress.end_epoch()
             raise StopIteration
         self._pending = self._read()
-        progress: IterableProgress = loader._iterable
-        w = progress.workers[out.worker]
-        w["batches"], w["state"] = out.batches, out.state
-        progress.next_worker = (out.worker + 1) % len(progress.workers)
-        loader._position += 1
+        progress.iterable.record(out.worker, out.batches, out.state)
+        progress.advance(progress.position + 1)
         if self._pending is None:
             self._done = True
-            loader._next_epoch()
+            progress.end_epoch()
         batch = out.batch
         if self._pin_device is not None:
             batch = _pin(batch, self._pin_device)

@@ -29,7 +29,7 @@ import torch.utils.data
 
 from seqloader.errors import check_nonnegative_int
 from seqloader.permutation import FeistelPermutation
-from seqloader.prefetch.seeding import preserved_globals
+from seqloader.loader.seeding import preserved_globals
 from seqloader.rng import check_seed, derive_seed
 
 __all__ = ["BijectiveShuffleSampler", "BatchListPlan", "OrderPlan", "current_world", "draw_seed",

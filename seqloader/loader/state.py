@@ -25,10 +25,11 @@ state with the loader it is loaded into. Neither mutates anything.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
-__all__ = ["FORMAT", "VERSION", "KEYS", "LoaderState", "check_matches", "is_stateful"]
+__all__ = ["FORMAT", "VERSION", "KEYS", "IterableState", "LoaderState", "check_matches", "is_stateful"]
 
 #: The value of the ``"format"`` key.
 FORMAT = "seqloader.DataLoader"
@@ -41,7 +42,7 @@ KEYS = ("format", "version", "seed", "epoch", "position", "dataset_len", "batch_
 _STAGE = "load_state_dict"
 
 #: ``_MIGRATIONS[v]`` turns a version-``v`` dict into a version-``v + 1`` dict (a new dict).
-_MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
 def is_stateful(obj: Any) -> bool:
@@ -63,20 +64,50 @@ def _check(cond: bool, key: str, value: Any, expected: str) -> None:
         raise ValueError(f"{_STAGE}: {key!r} must be {expected} (got {value!r})")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class IterableState:
-    """Where each worker stream of an ``IterableDataset`` stands.
+    """Where each worker stream of an ``IterableDataset`` stands (mutable: iterators update it).
 
     Attributes:
         workers: one dict per worker stream (one stream at ``num_workers=0``), each
             ``{"batches": int, "state": <dataset state_dict or None>, "exhausted": bool}``.
-        next_worker: the stream that yields the next batch (torch takes batches round-robin).
+        next_worker: the stream that yields the next batch (batches are taken round-robin).
+
+    Example:
+        >>> s = IterableState.fresh(2); s.record(0, batches=1, state={"i": 4}); s.to_dict()
+        {'workers': [{'batches': 1, 'state': {'i': 4}, 'exhausted': False}, {'batches': 0, 'state': None, 'exhausted': False}], 'next_worker': 1}
+        >>> IterableState.from_dict(s.to_dict()) == s, s.started
+        (True, True)
     """
 
-    workers: tuple
+    workers: list[dict[str, Any]]
     next_worker: int
 
-    def to_dict(self) -> dict:
+    @classmethod
+    def fresh(cls, streams: int) -> "IterableState":
+        """The state before any batch of ``streams`` worker streams."""
+        return cls([{"batches": 0, "state": None, "exhausted": False} for _ in range(streams)], 0)
+
+    @property
+    def started(self) -> bool:
+        """Whether any stream has yielded a batch or ended."""
+        return self.next_worker != 0 or any(w["batches"] or w["exhausted"] for w in self.workers)
+
+    def record(self, worker: int, batches: int, state: Any) -> None:
+        """Stream ``worker`` has yielded ``batches`` batches, after which its dataset state is ``state``."""
+        w = self.workers[worker]
+        w["batches"], w["state"] = batches, state
+        self.next_worker = (worker + 1) % len(self.workers)
+
+    def mark_exhausted(self, worker: int) -> None:
+        """Stream ``worker`` has ended."""
+        self.workers[worker]["exhausted"] = True
+
+    def copy(self) -> "IterableState":
+        """An independent copy (sub-states deep-copied)."""
+        return IterableState(copy.deepcopy(self.workers), self.next_worker)
+
+    def to_dict(self) -> dict[str, Any]:
         return {"workers": [dict(w) for w in self.workers], "next_worker": self.next_worker}
 
     @classmethod
@@ -96,7 +127,7 @@ class IterableState:
         nxt = d["next_worker"]
         _check(_is_int(nxt) and 0 <= nxt < len(workers), "iterable.next_worker", nxt,
                f"an int in [0, {len(workers)})")
-        return cls(tuple(dict(w) for w in workers), nxt)
+        return cls(copy.deepcopy(workers), nxt)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,9 +156,9 @@ class LoaderState:
     sampler: Any = None
     dataset: Any = None
     iterable: Optional[IterableState] = None
-    saved_with: dict = dataclasses.field(default_factory=dict)
+    saved_with: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The public state dict (JSON types, plus whatever the verbatim sub-states hold)."""
         return {
             "format": FORMAT, "version": VERSION, "seed": self.seed, "epoch": self.epoch,
@@ -152,7 +183,7 @@ class LoaderState:
         if d.get("format") != FORMAT:
             raise ValueError(f"{_STAGE}: unknown format {d.get('format')!r} (expected {FORMAT!r}); "
                              "this is not a seqloader.DataLoader state_dict")
-        version = d.get("version")
+        version: Any = d.get("version")  # unvalidated until the _check below
         _check(_is_int(version) and version >= 1, "version", version, "a positive int")
         if version > VERSION:
             raise ValueError(f"{_STAGE}: this state_dict has version {version}, newer than this "
@@ -216,18 +247,20 @@ def check_matches(saved: LoaderState, current: LoaderState) -> None:
                          "only resume the same sampler (e.g. a DistributedSampler needs the same "
                          "world size; the built-in sharding of shuffle=True/False resumes any)")
     if (saved.iterable is None) != (current.iterable is None):
-        kind = lambda s: "an IterableDataset" if s.iterable is not None else "a map-style dataset"  # noqa: E731
+        kind: Callable[[LoaderState], str] = (  # noqa: E731
+            lambda s: "an IterableDataset" if s.iterable is not None else "a map-style dataset")
         raise ValueError(f"{_STAGE}: 'iterable' says the state_dict was saved for {kind(saved)} but "
                          f"this loader reads {kind(current)}")
     for key, owner in (("sampler", "sampler"), ("dataset", "dataset")):
         a, b = getattr(saved, key) is None, getattr(current, key) is None
         if a != b:
-            has = lambda none: "no state" if none else "a state"  # noqa: E731
+            has: Callable[[bool], str] = lambda none: "no state" if none else "a state"  # noqa: E731
             raise ValueError(f"{_STAGE}: {key!r} holds {has(a)} in the state_dict but this loader's "
                              f"{owner} has {has(b)} (state_dict/load_state_dict); use the same "
                              f"{owner} class as when saving")
-    if saved.iterable is not None and len(saved.iterable.workers) != len(current.iterable.workers):
-        sw, cw = len(saved.iterable.workers), len(current.iterable.workers)
+    current_iterable = cast(IterableState, current.iterable)  # not None when saved's is not (checked above)
+    if saved.iterable is not None and len(saved.iterable.workers) != len(current_iterable.workers):
+        sw, cw = len(saved.iterable.workers), len(current_iterable.workers)
         raise ValueError(f"{_STAGE}: 'iterable' holds {sw} worker stream(s) but this loader has "
                          f"{cw} (num_workers={saved.saved_with.get('num_workers', '?')} when saved, "
                          f"num_workers={current.saved_with.get('num_workers', '?')} now); an "

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import collections.abc
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from seqloader.sequences.base import LazySequence
 
+T = TypeVar("T")
 
-def fname(f: Callable) -> str:
+
+def fname(f: Callable[..., object]) -> str:
     """A short name for a user function, used in ``repr`` and error notes."""
     name = getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or type(f).__name__
     return name.rsplit("<locals>.", 1)[-1]
@@ -36,6 +38,9 @@ def check_sequence(op: str, arg: str, seq: Any) -> int:
     return len(seq)
 
 
-def read(seq: Sequence, i: int) -> Any:
+def read(seq: Sequence[T], i: int) -> T:
     """Item ``i`` (``0 <= i < len(seq)``) of ``seq``, skipping the bounds check of our own ops."""
-    return seq._item(i) if isinstance(seq, LazySequence) else seq[i]
+    if isinstance(seq, LazySequence):
+        lazy: LazySequence[T] = seq  # isinstance narrows to LazySequence[Any]
+        return lazy._item(i)
+    return seq[i]

@@ -10,19 +10,27 @@ positions of their parent, so that a batch of positions is resolved with one num
 from __future__ import annotations
 
 import collections.abc
-from typing import Any, Iterator, Sequence
+from typing import Any, Generic, Iterator, Sequence, TypeVar, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from seqloader.errors import normalize_index
 
 __all__ = ["LazySequence", "IndexMap", "SliceView", "source_indices"]
 
+T_co = TypeVar("T_co", covariant=True)
 
-class LazySequence(collections.abc.Sequence):
+#: An int64 array of positions.
+Positions = npt.NDArray[np.int64]
+
+
+class LazySequence(collections.abc.Sequence[T_co], Generic[T_co]):
     """A sized, indexable, iterable sequence whose items are computed on demand.
 
     Subclasses define ``__len__``, ``_item(i)`` (with ``0 <= i < len(self)``) and ``__repr__``.
+    ``LazySequence[T]`` is generic in its item type: ``seq[i]`` is a ``T`` and ``seq[a:b]`` a
+    ``LazySequence[T]``.
 
     Example:
         >>> class Squares(LazySequence):
@@ -42,15 +50,21 @@ class LazySequence(collections.abc.Sequence):
     def __len__(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _item(self, i: int) -> Any:  # pragma: no cover - abstract
+    def _item(self, i: int) -> T_co:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def __getitem__(self, key):
+    @overload
+    def __getitem__(self, key: int) -> T_co: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> LazySequence[T_co]: ...
+
+    def __getitem__(self, key: int | slice) -> T_co | LazySequence[T_co]:
         if isinstance(key, slice):
             return SliceView(self, key)
         return self._item(normalize_index(key, len(self), stage=self))
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[T_co]:
         for i in range(len(self)):
             yield self._item(i)
 
@@ -58,7 +72,7 @@ class LazySequence(collections.abc.Sequence):
         return len(self) > 0
 
 
-class IndexMap(LazySequence):
+class IndexMap(LazySequence[T_co]):
     """A sequence whose item ``i`` is item ``_source_indices([i])[0]`` of ``parent``.
 
     Subclasses set ``self._parent`` and define ``__len__``, ``_source_indices(idx)`` for an int64
@@ -67,23 +81,24 @@ class IndexMap(LazySequence):
     """
 
     __slots__ = ()
-    _parent: Sequence
+    _parent: Sequence[T_co]
 
-    def _source_indices(self, idx: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+    def _source_indices(self, idx: Positions) -> Positions:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _source_index(self, i: int) -> int:
         return int(self._source_indices(np.array([i], dtype=np.int64))[0])
 
-    def _item(self, i: int) -> Any:
+    def _item(self, i: int) -> T_co:
         parent = self._parent
         j = self._source_index(i)
         if isinstance(parent, LazySequence):
-            return parent._item(j)
+            lazy: LazySequence[T_co] = parent  # isinstance narrows to LazySequence[Any]
+            return lazy._item(j)
         return parent[j]
 
 
-class SliceView(IndexMap):
+class SliceView(IndexMap[T_co]):
     """A lazy view of ``parent[key]`` for a slice ``key``; a view of a view folds into one.
 
     Example:
@@ -93,8 +108,9 @@ class SliceView(IndexMap):
     """
 
     __slots__ = ("_parent", "_range")
+    _range: range
 
-    def __init__(self, parent: Sequence, key: slice):
+    def __init__(self, parent: Sequence[T_co], key: slice):
         if isinstance(parent, SliceView):
             self._parent = parent._parent
             self._range = parent._range[key]
@@ -108,13 +124,13 @@ class SliceView(IndexMap):
     def _source_index(self, i: int) -> int:
         return self._range[i]
 
-    def _source_indices(self, idx: np.ndarray) -> np.ndarray:
+    def _source_indices(self, idx: Positions) -> Positions:
         return self._range.start + np.asarray(idx, dtype=np.int64) * self._range.step
 
-    def __getstate__(self):
+    def __getstate__(self) -> tuple[Sequence[T_co], range]:
         return (self._parent, self._range)
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: tuple[Sequence[T_co], range]) -> None:
         self._parent, self._range = state
 
     def __repr__(self) -> str:
@@ -124,7 +140,7 @@ class SliceView(IndexMap):
         return f"slice({name}, {r.start}:{stop}:{r.step}, len={len(r)})"
 
 
-def source_indices(seq: Sequence, idx) -> tuple[Sequence, np.ndarray]:
+def source_indices(seq: Sequence[Any], idx: npt.ArrayLike) -> tuple[Sequence[Any], Positions]:
     """Resolve positions of ``seq`` through every :class:`IndexMap` down to the first data stage.
 
     Args:
@@ -145,11 +161,11 @@ def source_indices(seq: Sequence, idx) -> tuple[Sequence, np.ndarray]:
         Traceback (most recent call last):
         IndexError: source_indices: position 3 out of range [0, 3) of range(0, 3)
     """
-    idx = np.asarray(idx, dtype=np.int64)
-    if idx.size and (idx.min() < 0 or idx.max() >= len(seq)):
-        bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
+    pos: Positions = np.asarray(idx, dtype=np.int64)
+    if pos.size and (pos.min() < 0 or pos.max() >= len(seq)):
+        bad = int(pos.min()) if pos.min() < 0 else int(pos.max())
         raise IndexError(f"source_indices: position {bad} out of range [0, {len(seq)}) of {seq!r}")
     while isinstance(seq, IndexMap):
-        idx = seq._source_indices(idx)
+        pos = seq._source_indices(pos)
         seq = seq._parent
-    return seq, idx
+    return seq, pos

@@ -7,7 +7,9 @@ flipped), whereas seqloader's errors keep their type and gain a note (``errors.a
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+import numpy as np
 
 from seqloader.errors import annotate
 from seqloader.rng import check_seed, item_rng
@@ -16,9 +18,12 @@ from seqloader.sequences.base import LazySequence
 
 __all__ = ["smap", "rng_map"]
 
+T = TypeVar("T")
+R = TypeVar("R")
 
-class _Smap(LazySequence):
-    def __init__(self, f: Callable, seqs: tuple):
+
+class _Smap(LazySequence[R]):
+    def __init__(self, f: Callable[..., R], seqs: tuple[Sequence[Any], ...]):
         check_callable("smap", "f", f)
         if not seqs:
             raise TypeError("smap: expected at least one sequence after f (got none)")
@@ -33,7 +38,7 @@ class _Smap(LazySequence):
     def __len__(self) -> int:
         return self._len
 
-    def _item(self, i: int) -> Any:
+    def _item(self, i: int) -> R:
         args = [read(s, i) for s in self._seqs]
         with annotate(self, i):
             return self._f(*args)
@@ -42,7 +47,7 @@ class _Smap(LazySequence):
         return f"smap({fname(self._f)}, len={self._len})"
 
 
-def smap(f: Callable, *seqs: Sequence) -> LazySequence:
+def smap(f: Callable[..., R], *seqs: Sequence[Any]) -> LazySequence[R]:
     """Lazily map ``f`` over one or more sequences: item ``i`` is ``f(*(s[i] for s in seqs))``.
 
     Args:
@@ -71,8 +76,8 @@ def smap(f: Callable, *seqs: Sequence) -> LazySequence:
     return _Smap(f, seqs)
 
 
-class _RngMap(LazySequence):
-    def __init__(self, f: Callable, seq: Sequence, seed: int):
+class _RngMap(LazySequence[R], Generic[T, R]):
+    def __init__(self, f: Callable[[T, np.random.Generator], R], seq: Sequence[T], seed: int):
         check_callable("rng_map", "f", f)
         self._len = check_sequence("rng_map", "seq", seq)
         self._seed = check_seed("rng_map", seed)
@@ -82,7 +87,7 @@ class _RngMap(LazySequence):
     def __len__(self) -> int:
         return self._len
 
-    def _item(self, i: int) -> Any:
+    def _item(self, i: int) -> R:
         x = read(self._seq, i)
         rng = item_rng(self._seed, i)
         with annotate(self, i):
@@ -92,7 +97,7 @@ class _RngMap(LazySequence):
         return f"rng_map({fname(self._f)}, seed={self._seed}, len={self._len})"
 
 
-def rng_map(f: Callable, seq: Sequence, seed: int) -> LazySequence:
+def rng_map(f: Callable[[T, np.random.Generator], R], seq: Sequence[T], seed: int) -> LazySequence[R]:
     """Map ``f(item, rng)`` over ``seq`` with a generator that depends only on ``(seed, i)``.
 
     Item ``i`` is ``f(seq[i], seqloader.rng.item_rng(seed, i))``: the draws of an item do not depend

@@ -1,23 +1,24 @@
 """Ops that reorder or combine items: :func:`gather`, :func:`shuffle`, :func:`concatenate`, :func:`repeat`.
 
 ``gather``, ``shuffle`` and ``repeat`` only remap positions, so they are :class:`IndexMap` s with a
-vectorised ``_source_indices``; ``concatenate`` has several parents and wraps
-``seqtools.concatenate``.
+vectorised ``_source_indices``; ``concatenate`` has several parents and finds an item's part by
+bisection over their cumulative lengths.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import operator
 import sys
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-import seqtools
 
 from seqloader.errors import check_nonnegative_int
 from seqloader.permutation import FeistelPermutation
 from seqloader.rng import check_seed
-from seqloader.sequences._util import check_sequence
+from seqloader.sequences._util import check_sequence, read
 from seqloader.sequences.base import IndexMap, LazySequence
 
 __all__ = ["gather", "shuffle", "concatenate", "repeat"]
@@ -163,14 +164,16 @@ class _Concatenate(LazySequence):
         if total > sys.maxsize:
             raise ValueError(f"concatenate: the total length must be < 2**63 (got {total})")
         self._seqs = tuple(seqs)
-        self._inner = seqtools.concatenate(list(seqs))
-        self._len = len(self._inner)
+        self._ends = list(itertools.accumulate(len(s) for s in self._seqs))  # end of each part
+        self._len = total
 
     def __len__(self) -> int:
         return self._len
 
     def _item(self, i: int) -> Any:
-        return self._inner[i]
+        k = bisect.bisect_right(self._ends, i)       # the first part ending after i
+        start = self._ends[k - 1] if k else 0
+        return read(self._seqs[k], i - start)
 
     def __iter__(self):
         for s in self._seqs:

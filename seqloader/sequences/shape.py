@@ -6,7 +6,7 @@ carry no note naming the batch, and the op must read its parent through seqloade
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TypeVar, overload
 
 from seqloader.errors import annotate, check_positive_int
 import numpy as np
@@ -16,9 +16,13 @@ from seqloader.sequences.base import LazySequence, source_indices
 
 __all__ = ["batch"]
 
+T = TypeVar("T")
+R = TypeVar("R")
 
-class _Batch(LazySequence):
-    def __init__(self, seq: Sequence, k: int, drop_last: bool, collate_fn: Optional[Callable]):
+
+class _Batch(LazySequence[Any]):  # items are lists, or whatever collate_fn returns: see batch's overloads
+    def __init__(self, seq: Sequence[Any], k: int, drop_last: bool,
+                 collate_fn: Optional[Callable[[list[Any]], Any]]):
         n = check_sequence("batch", "seq", seq)
         self._k = check_positive_int("batch", "k", k)
         self._drop_last = check_bool("batch", "drop_last", drop_last)
@@ -53,7 +57,21 @@ class _Batch(LazySequence):
         return f"batch(k={self._k}, drop_last={self._drop_last}{collate}, len={self._len})"
 
 
-def batch(seq: Sequence, k: int, drop_last: bool = False, collate_fn: Optional[Callable] = None) -> LazySequence:
+@overload
+def batch(seq: Sequence[T], k: int, drop_last: bool = False, collate_fn: None = None) -> LazySequence[list[T]]: ...
+
+
+@overload
+def batch(seq: Sequence[T], k: int, drop_last: bool = False, *,
+          collate_fn: Callable[[list[T]], R]) -> LazySequence[R]: ...
+
+
+@overload
+def batch(seq: Sequence[T], k: int, drop_last: bool, collate_fn: Callable[[list[T]], R]) -> LazySequence[R]: ...
+
+
+def batch(seq: Sequence[Any], k: int, drop_last: bool = False,
+          collate_fn: Optional[Callable[[list[Any]], Any]] = None) -> LazySequence[Any]:
     """Group consecutive items into batches of ``k``: batch ``b`` holds items ``b*k .. b*k + k - 1``.
 
     Args:

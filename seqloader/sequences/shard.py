@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, TypeVar
 
 import numpy as np
 
 from seqloader.errors import check_int, check_positive_int
 from seqloader.sequences._util import check_bool, check_sequence
-from seqloader.sequences.base import IndexMap, LazySequence
+from seqloader.sequences.base import IndexMap, LazySequence, Positions
 
 __all__ = ["shard"]
 
+T = TypeVar("T")
 
-class _Shard(IndexMap):
-    def __init__(self, seq: Sequence, rank: int, world_size: int, drop_remainder: bool):
+
+class _Shard(IndexMap[T]):
+    def __init__(self, seq: Sequence[T], rank: int, world_size: int, drop_remainder: bool):
         n = check_sequence("shard", "seq", seq)
         world_size = check_positive_int("shard", "world_size", world_size)
         rank = check_int("shard", "rank", rank)
@@ -40,7 +42,7 @@ class _Shard(IndexMap):
     def _source_index(self, j: int) -> int:
         return (self._rank + j * self._world_size) % self._n
 
-    def _source_indices(self, idx: np.ndarray) -> np.ndarray:
+    def _source_indices(self, idx: Positions) -> Positions:
         return (self._rank + np.asarray(idx, dtype=np.int64) * self._world_size) % self._n
 
     def __repr__(self) -> str:
@@ -48,7 +50,7 @@ class _Shard(IndexMap):
                 f"drop_remainder={self._drop_remainder}, len={self._len})")
 
 
-def shard(seq: Sequence, rank: int, world_size: int, drop_remainder: bool = False) -> LazySequence:
+def shard(seq: Sequence[T], rank: int, world_size: int, drop_remainder: bool = False) -> LazySequence[T]:
     """Rank ``rank``'s part of ``seq`` out of ``world_size`` parts, as ``DistributedSampler`` lays it out.
 
     With ``n = len(seq)``, the positions ``0 .. total - 1`` are dealt round-robin: rank ``r`` gets

@@ -1,6 +1,6 @@
 """Distributed sharding and elastic resume, checked in real gloo process groups (no mocks).
 
-Every world is started by :func:`seqloader.integrations.distributed.run_distributed`: fresh
+Every world is started by :func:`seqloader.testing.run_distributed`: fresh
 ``spawn`` processes, a ``file://`` rendezvous in ``tmp_path``, ``destroy_process_group`` in every
 rank and a join with a timeout in the parent. The rank functions live at module level (they are
 pickled by reference) and return what they consumed; the parent makes every assertion.
@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import BatchSampler, DistributedSampler
 
 import seqloader
-from seqloader.integrations.distributed import run_distributed
+from seqloader.testing import run_distributed
 from seqloader.integrations.torch_iterable import as_iterable_dataset
 from seqloader.loader.sampling import draw_seed
 

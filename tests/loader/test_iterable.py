@@ -10,7 +10,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from seqloader import DataLoader
 
-from resume_utils import assert_batches_equal, assert_resumes_exactly, json_round_trip, run_saving_after
+from seqloader.testing import assert_batches_equal, assert_resumes_exactly, json_round_trip, run_saving_after
 
 
 class MyIterableDataset(IterableDataset):

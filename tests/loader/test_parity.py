@@ -13,7 +13,7 @@ from torch.utils.data import BatchSampler, Dataset, IterableDataset, SequentialS
 import seqloader
 from seqloader import DataLoader
 
-from resume_utils import assert_batches_equal
+from seqloader.testing import assert_batches_equal
 
 
 class Pairs(Dataset):

@@ -15,7 +15,7 @@ from torch.utils.data import Dataset, RandomSampler, Sampler
 from seqloader import BijectiveShuffleSampler, DataLoader
 from seqloader.loader import sampling
 
-from resume_utils import assert_batches_equal, assert_resumes_exactly, json_round_trip, run_saving_after
+from seqloader.testing import assert_batches_equal, assert_resumes_exactly, json_round_trip, run_saving_after
 
 
 # -- datasets (module level: picklable for workers and spawn) ------------------------------------

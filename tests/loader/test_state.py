@@ -11,7 +11,7 @@ from seqloader import BijectiveShuffleSampler, DataLoader
 from seqloader.loader import state as state_mod
 from seqloader.loader.state import KEYS, LoaderState
 
-from resume_utils import json_round_trip
+from seqloader.testing import json_round_trip
 
 
 def make(**kw):

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 import seqloader as sl
-from seqloader.prefetch import prefetch
+from seqloader import prefetch
 
 
 class Boom:
@@ -186,7 +186,7 @@ def test_a_failing_worker_init_fn_raises_its_error_in_the_reader():
 
 _READER = textwrap.dedent("""
     import os, sys, time
-    from seqloader.prefetch import prefetch
+    from seqloader import prefetch
     import numpy as np
     p = prefetch([np.zeros(1000)] * 100, num_workers=2)
     p[0]

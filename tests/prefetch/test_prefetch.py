@@ -1,4 +1,4 @@
-"""Behaviour of ``seqloader.prefetch``: ordering, seeks, reset, seeding, worker info, start methods.
+"""Behaviour of ``seqloader.prefetch``: ordering, seeks, reset, worker set-up, start methods.
 
 Datasets are module-level classes so that they pickle for ``spawn``/``forkserver``.
 """
@@ -9,16 +9,14 @@ import collections
 import multiprocessing
 import os
 import pickle
-import random
 
 import numpy as np
 import pytest
 import torch
 
 import seqloader as sl
-from seqloader.prefetch import Prefetch, prefetch
-from seqloader.prefetch.seeding import seed_globals
-from seqloader.prefetch.worker import dumps_seq, torch_worker_info_hidden
+from seqloader import Prefetch, prefetch
+from seqloader.prefetcher.worker import dumps_seq
 
 
 class Pids:
@@ -49,30 +47,19 @@ class Recording:
         return i
 
 
-class Draws:
-    """Item ``i`` draws from all three global RNGs."""
+class Setup:
+    """Item ``i``: ``(i, what worker_init_fn saw, torch's worker info, intra-op threads)``."""
 
-    def __len__(self):
-        return 12
-
-    def __getitem__(self, i):
-        return random.random(), float(np.random.random()), float(torch.rand(()))
-
-
-class Info:
     def __len__(self):
         return 8
 
     def __getitem__(self, i):
-        info = torch.utils.data.get_worker_info()
-        if info is None:
-            return None
-        return info.id, info.num_workers, info.seed, type(info.dataset).__name__, os.environ.get("SEQLOADER_TEST_INIT")
+        return (i, os.environ.get("SEQLOADER_TEST_INIT"), torch.utils.data.get_worker_info(),
+                torch.get_num_threads())
 
 
 def init_env(worker_id):
-    info = torch.utils.data.get_worker_info()
-    os.environ["SEQLOADER_TEST_INIT"] = f"{worker_id}/{info.num_workers}"
+    os.environ["SEQLOADER_TEST_INIT"] = f"{worker_id}/{torch.utils.data.get_worker_info()}"
 
 
 Point = collections.namedtuple("Point", "x y")
@@ -167,9 +154,9 @@ def test_exhaustion_does_not_wrap_and_reading_again_restarts():
 
 def test_reset_retargets_the_same_workers_at_a_new_sequence_and_epoch():
     data = np.arange(1000) * 2
-    with prefetch(sl.gather(data, np.arange(10)), num_workers=2, dataset=data) as p:
+    with prefetch(sl.gather(data, np.arange(10)), num_workers=2, shared=data) as p:
         assert list(p) == list(range(0, 20, 2))
-        p.reset(sl.gather(data, np.arange(500, 505)), epoch=1)
+        p.reset(sl.gather(data, np.arange(500, 505)))
         assert len(p) == 5 and list(p) == [1000, 1002, 1004, 1006, 1008]
         p.reset(range(3))
         assert list(p) == [0, 1, 2]
@@ -182,48 +169,20 @@ def test_reset_sends_the_dataset_by_reference_not_by_value():
     assert len(pickle.dumps(sl.gather(big, np.arange(4)))) > big.nbytes
 
 
-def test_seed_makes_global_rng_draws_independent_of_workers_and_order():
-    expected = []
-    for i in range(12):
-        seed_globals(5, 2, i)
-        expected.append(Draws()[i])
-    with prefetch(Draws(), num_workers=1, seed=5, epoch=2) as p:
-        assert list(p) == expected
-    with prefetch(Draws(), num_workers=2, prefetch_factor=1, seed=5, epoch=2) as p:
-        assert [p[i] for i in [11, 3, 4, 0]] == [expected[i] for i in [11, 3, 4, 0]]
-        p.reset(Draws(), seed=5, epoch=3)
-        assert p[0] != expected[0]
-
-
-def test_worker_info_and_worker_init_fn_like_torch():
-    with prefetch(Info(), num_workers=2, worker_init_fn=init_env, base_seed=1000) as p:
+def test_workers_run_worker_init_fn_with_their_id_and_know_nothing_of_torchs_loader():
+    with prefetch(Setup(), num_workers=2, worker_init_fn=init_env) as p:
         got = list(p)
-    assert {g[0] for g in got} == {0, 1}
-    for wid, n, seed, ds_name, init in got:
-        assert n == 2 and seed == 1000 + wid and ds_name == "Info" and init == f"{wid}/2"
+    assert [g[0] for g in got] == list(range(8))
+    assert {g[1] for g in got} == {"0/None", "1/None"}       # both workers ran it, with their id
+    assert all(g[2] is None and g[3] == 1 for g in got)      # no WorkerInfo; one intra-op thread
 
 
-def test_worker_info_dataset_is_the_dataset_argument():
-    data = list(range(8))
-    with prefetch(sl.gather(Info(), np.arange(8)), num_workers=1, dataset=Info()) as p:
-        assert p[0][3] == "Info"
-    with prefetch(data, num_workers=1) as p:
-        assert p[0] == 0
-
-
-def test_torch_worker_info_false_hides_it_from_items_only():
-    with prefetch(Info(), num_workers=2, worker_init_fn=init_env, torch_worker_info=False) as p:
-        assert list(p) == [None] * 8
-
-
-def test_default_worker_seeds_come_from_torchs_generator():
-    torch.manual_seed(0)
-    with prefetch(Info(), num_workers=2) as p:
-        a = {g[0]: g[2] for g in p}
-    torch.manual_seed(0)
-    with prefetch(Info(), num_workers=2) as p:
-        b = {g[0]: g[2] for g in p}
-    assert a == b and a[1] == a[0] + 1
+def test_shared_is_sent_once_and_referenced_by_later_sequences():
+    data = np.arange(1000) * 2
+    with prefetch(sl.gather(data, np.arange(3)), num_workers=1, shared=data) as p:
+        assert list(p) == [0, 2, 4]
+        p.reset(sl.gather(data, [10, 20]))   # pickled with a reference to `data`, not a copy
+        assert list(p) == [20, 40]
 
 
 def _check_nested(got, i):
@@ -263,7 +222,7 @@ def test_start_methods_pickle_the_sequence(method):
     with prefetch(data, num_workers=2, multiprocessing_context=method, worker_init_fn=init_env) as p:
         _check_nested(p[4], 4)
         _check_nested(p[0], 0)
-        p.reset(sl.gather(data, [5, 1]), epoch=1)
+        p.reset(sl.gather(data, [5, 1]))
         _check_nested(p[0], 5)
         _check_nested(p[1], 1)
 
@@ -315,9 +274,6 @@ def test_a_prefetch_cannot_be_pickled():
     ({"num_workers": 1, "multiprocessing_context": "thread"}, ValueError, r"'thread' is not a start method"),
     ({"num_workers": 1, "multiprocessing_context": 3}, TypeError, r"multiprocessing_context must be None"),
     ({"num_workers": 1, "worker_init_fn": 3}, TypeError, r"worker_init_fn must be callable"),
-    ({"num_workers": 1, "seed": -1}, ValueError, r"prefetch: seed must be a non-negative int"),
-    ({"num_workers": 1, "epoch": 1.5}, TypeError, r"prefetch: epoch must be an int"),
-    ({"num_workers": 1, "torch_worker_info": 1}, TypeError, r"torch_worker_info must be a bool"),
 ])
 def test_argument_errors_name_the_argument(kwargs, exc, match):
     with pytest.raises(exc, match=match):
@@ -330,8 +286,6 @@ def test_seq_without_len_is_a_type_error():
     with prefetch(range(3), 1) as p:
         with pytest.raises(TypeError, match=r"prefetch.reset: seq must be a sequence"):
             p.reset(5)
-        with pytest.raises(ValueError, match=r"prefetch.reset: epoch must be a non-negative int"):
-            p.reset(range(2), epoch=-1)
         assert list(p) == [0, 1, 2]
 
 
@@ -343,18 +297,3 @@ def test_reset_with_an_unpicklable_sequence_is_a_type_error_and_changes_nothing(
         assert len(p) == 5 and p[1] == 1
 
 
-def _info_seen(i):
-    return torch.utils.data.get_worker_info() is not None
-
-
-def _hidden_collate(items):
-    with torch_worker_info_hidden():
-        out = torch.utils.data.default_collate(items), torch.utils.data.get_worker_info() is None
-    return out + (torch.utils.data.get_worker_info() is not None,)
-
-
-def test_worker_info_can_be_hidden_around_collation_only():
-    seq = sl.batch(sl.smap(_info_seen, range(6)), 3, collate_fn=_hidden_collate)
-    with prefetch(seq, num_workers=1) as p:
-        for items, hidden, restored in p:
-            assert items.tolist() == [True] * 3 and hidden and restored

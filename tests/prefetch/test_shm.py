@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import seqloader as sl
-from seqloader.prefetch import prefetch
-from seqloader.prefetch.shm import SHM_PREFIX, SlotPool, WorkerSlots, read_and_release, write_payload
+from seqloader import prefetch
+from seqloader.prefetcher.shm import SHM_PREFIX, SlotPool, WorkerSlots, read_and_release, write_payload
 
 
 def full_1000(i):

@@ -1,8 +1,8 @@
 """The parent's side of the workers: process handles, job scheduling, and the shutdown protocol.
 
 :class:`WorkerHandle` is one worker process with its two pipes and the jobs it has not answered;
-:class:`Crew` is the set of workers plus their shared-memory :class:`~seqloader.prefetch.shm.SlotPool`:
-everything a :class:`~seqloader.prefetch.prefetch.Prefetch` must release in ``close()``.
+:class:`Crew` is the set of workers plus their shared-memory :class:`~seqloader.prefetcher.shm.SlotPool`:
+everything a :class:`~seqloader.prefetcher.prefetch.Prefetch` must release in ``close()``.
 """
 
 from __future__ import annotations
@@ -15,12 +15,9 @@ import signal
 import time
 from typing import Any
 
-import torch
-
-from seqloader.prefetch.messages import Forget, Job, Stop, WorkerConfig
-from seqloader.prefetch.shm import SlotPool
-from seqloader.prefetch.worker import recv, send, worker_main
-from seqloader.rng import derive_seed
+from seqloader.prefetcher.messages import Forget, Job, Stop, WorkerConfig
+from seqloader.prefetcher.shm import SlotPool
+from seqloader.prefetcher.worker import recv, send, worker_main
 
 __all__ = ["Crew", "WorkerHandle", "describe_exit"]
 
@@ -72,11 +69,9 @@ JOIN_TIMEOUT = 2.0
 class Crew:
     """The workers, their slots and their pending jobs: everything :meth:`close` releases."""
 
-    def __init__(self, ctx, num_workers: int, prefetch_factor: int, worker_init_fn, dataset: Any,
-                 base_seed: int | None, seed: int | None, torch_worker_info: bool):
+    def __init__(self, ctx, num_workers: int, prefetch_factor: int, worker_init_fn, shared: Any):
         self.ctx, self.num_workers, self.prefetch_factor = ctx, num_workers, prefetch_factor
-        self.worker_init_fn, self.dataset = worker_init_fn, dataset
-        self.base_seed, self.seed, self.torch_worker_info = base_seed, seed, torch_worker_info
+        self.worker_init_fn, self.shared = worker_init_fn, shared
         self.handles: list[WorkerHandle] = []
         self.pool = SlotPool(num_workers, keep=prefetch_factor + 1)
         self.closed = False
@@ -85,24 +80,17 @@ class Crew:
         self._poll = select.poll()  # every result pipe and process sentinel
         self._by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
 
-    def start(self, seq, gen: int, seed, epoch: int) -> None:
-        base = self.base_seed
-        if base is None:
-            if self.seed is None:  # like torch: drawn from the global generator when workers start
-                base = int(torch.empty((), dtype=torch.int64).random_().item())
-            else:
-                base = derive_seed(self.seed, "worker", 0) >> 2
+    def start(self, seq, gen: int) -> None:
         try:
             for w in range(self.num_workers):
-                config = WorkerConfig(w, self.num_workers, base, os.getpid(), self.worker_init_fn, gen, seed, epoch,
-                                      self.torch_worker_info)
+                config = WorkerConfig(w, self.num_workers, os.getpid(), self.worker_init_fn, gen)
                 try:
-                    h = WorkerHandle(self.ctx, config, self.dataset, seq)
+                    h = WorkerHandle(self.ctx, config, self.shared, seq)
                 except (pickle.PicklingError, TypeError, AttributeError) as exc:
                     raise TypeError(f"prefetch: cannot start worker {w} with the "
                                     f"{self.ctx.get_start_method()!r} start method, which pickles the "
-                                    f"sequence, dataset and worker_init_fn ({type(exc).__name__}: {exc}); "
-                                    "make them picklable (module-level functions) or use 'fork'") from exc
+                                    f"sequence, shared object and worker_init_fn ({type(exc).__name__}: "
+                                    f"{exc}); make them picklable (module-level functions) or use 'fork'") from exc
                 self.handles.append(h)
                 self._poll.register(h.results.fileno(), select.POLLIN)
                 self._poll.register(h.sentinel, select.POLLIN)
@@ -173,11 +161,11 @@ def describe_exit(exitcode: int | None) -> str:
 class WorkerHandle:
     """The parent's side of one worker: process, job pipe, result pipe, jobs awaiting a reply."""
 
-    def __init__(self, ctx, config: WorkerConfig, dataset: Any, seq: Any):
+    def __init__(self, ctx, config: WorkerConfig, shared: Any, seq: Any):
         self.worker_id = config.worker_id
         jobs_r, self.jobs = ctx.Pipe(duplex=False)
         self.results, results_w = ctx.Pipe(duplex=False)
-        self.process = ctx.Process(target=worker_main, args=(config, jobs_r, results_w, dataset, seq),
+        self.process = ctx.Process(target=worker_main, args=(config, jobs_r, results_w, shared, seq),
                                    name=f"seqloader-worker-{config.worker_id}", daemon=True)
         try:
             self.process.start()

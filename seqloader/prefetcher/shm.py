@@ -39,7 +39,7 @@ from typing import Any
 import _posixshmem
 import torch
 
-from seqloader.prefetch.messages import Payload
+from seqloader.prefetcher.messages import Payload
 
 __all__ = ["SHM_PREFIX", "SlotPool", "WorkerSlots", "read_payload", "write_payload"]
 

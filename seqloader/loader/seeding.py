@@ -1,4 +1,4 @@
-"""Seeding of the global RNGs (``random``, ``numpy.random``, torch) per item, and restoring them.
+"""L3: seeding of the global RNGs (``random``, ``numpy.random``, torch) per batch, and restoring them.
 
 User code (a dataset's ``__getitem__``, a ``collate_fn``) often draws from the global RNGs. To make
 that reproducible whichever process computes an item, the item is computed right after

@@ -1,4 +1,4 @@
-"""``assert_resumes_exactly``: the resume contract, checked batch by batch.
+"""``assert_resumes_exactly``: the resume contract of a loader, checked batch by batch.
 
 An uninterrupted run records every batch of two epochs and the state after every step of the
 first. Each chosen state goes through JSON into a fresh loader; the rest of that epoch and the
@@ -22,7 +22,20 @@ WORKERS = (0, 2)
 
 
 def assert_batches_equal(got: Sequence, want: Sequence, what: str = "batches") -> None:
-    """Batch-by-batch equality of two lists of (nested) batches."""
+    """Batch-by-batch equality of two lists of (nested) batches (``torch.equal``, same dtype and shape).
+
+    Raises:
+        AssertionError: naming ``what`` and the first batch that differs.
+
+    Example:
+        >>> assert_batches_equal([torch.tensor([1, 2])], [torch.tensor([1, 2])])
+        >>> assert_batches_equal([torch.tensor([1, 2])], [torch.tensor([1.0, 2.0])], "epoch 0")
+        Traceback (most recent call last):
+        AssertionError: epoch 0: batch 0 differs:
+        tensor([1, 2])
+        expected
+        tensor([1., 2.])
+    """
     assert len(got) == len(want), f"{what}: {len(got)} batches, expected {len(want)}"
     for i, (a, b) in enumerate(zip(got, want)):
         assert _equal(a, b), f"{what}: batch {i} differs:\n{a!r}\nexpected\n{b!r}"
@@ -40,6 +53,7 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def json_round_trip(sd: dict) -> dict:
+    """``sd`` through ``json.dumps``/``json.loads``, as a checkpoint file would carry it."""
     return json.loads(json.dumps(sd))
 
 
@@ -75,6 +89,17 @@ def assert_resumes_exactly(make_loader: Callable[[int], Any], stops: Iterable[in
             state after the last batch is the end-of-epoch state).
         workers: the ``num_workers`` values used for saving and for loading.
         spawn: also resume the first stop in a fresh ``spawn`` process from a JSON file.
+
+    Raises:
+        AssertionError: naming the stop, the ``num_workers`` used to save and to load, and the
+            first batch that differs.
+
+    Example:
+        >>> import seqloader
+        >>> def make(num_workers):
+        ...     return seqloader.DataLoader(list(range(10)), batch_size=3, shuffle=True, seed=0,
+        ...                                 num_workers=num_workers)
+        >>> assert_resumes_exactly(make, stops=[0, 2, -1], workers=(0,))
     """
     stops = list(stops)
     runs = {nw: record(make_loader, nw) for nw in workers}

@@ -1,7 +1,4 @@
-"""Loader workloads for ``python -m seqloader.bench``: resume latency, state size, throughput.
-
-:data:`LOADER_WORKLOADS` maps workload names to functions ``(Options) -> list[Row]`` in the shape
-of :data:`seqloader.bench.WORKLOADS`, which registers them:
+"""``seqloader.DataLoader`` workloads: resume latency, state size, throughput against torch's loader.
 
 * ``resume``: seconds to the first batch after ``load_state_dict`` at 90% of a shuffled epoch
   of 1_000_000 items (batch 256), against a fresh loader's first batch, and against reaching the
@@ -10,6 +7,7 @@ of :data:`seqloader.bench.WORKLOADS`, which registers them:
 * ``state_size``: bytes of ``json.dumps(loader.state_dict())`` mid-epoch.
 * ``loader_tiny``: throughput of ``seqloader.DataLoader`` against torch's on 200_000 ints,
   batch 256, with 0 and 2 workers (one epoch each, workers started inside the timing).
+* ``loader_images``: the same on 8_000 uint8 images 3x224x224, batch 64, 2 workers.
 """
 
 from __future__ import annotations
@@ -21,24 +19,16 @@ from typing import Callable
 
 import torch.utils.data
 
-from seqloader.loader.dataloader import DataLoader
+from benchmarks.common import ImageDataset, IntDataset, Options, Row, best_of, first_batch_seconds, mb_per_s
+from seqloader import DataLoader
 
 __all__ = ["LOADER_WORKLOADS", "loader_images", "loader_tiny", "resume_latency", "state_size"]
 
 
-def _first_batch_seconds(make: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    loader = make()
-    next(iter(loader))
-    return time.perf_counter() - t0
-
-
-def resume_latency(opts) -> list:
+def resume_latency(opts: Options) -> list[Row]:
     """First batch after ``load_state_dict`` at 90% of a shuffled epoch, vs a fresh first batch."""
-    from seqloader.bench import IntDataset as _Ints, Row
-
     n, bs = (100_000 if opts.quick else 1_000_000), 256
-    ds = _Ints(n)
+    ds = IntDataset(n)
     state = DataLoader(ds, batch_size=bs, shuffle=True, seed=0).state_dict()
     state["position"] = (9 * n // 10) // bs * bs
 
@@ -47,19 +37,17 @@ def resume_latency(opts) -> list:
         loader.load_state_dict(state)
         return loader
 
-    def torch_replay():
+    def torch_replay() -> float:
+        t0 = time.perf_counter()
         loader = torch.utils.data.DataLoader(ds, batch_size=bs, shuffle=True)
         next(itertools.islice(iter(loader), state["position"] // bs, None))
-        return []
+        return time.perf_counter() - t0
 
-    best = {"fresh": float("inf"), "resume": float("inf"), "torch_replay": float("inf")}
-    for _ in range(opts.repeat):
-        best["fresh"] = min(best["fresh"], _first_batch_seconds(
-            lambda: DataLoader(ds, batch_size=bs, shuffle=True, seed=0)))
-        best["resume"] = min(best["resume"], _first_batch_seconds(resumed))
-        t0 = time.perf_counter()
-        torch_replay()
-        best["torch_replay"] = min(best["torch_replay"], time.perf_counter() - t0)
+    best = best_of(opts.repeat, {
+        "fresh": lambda: first_batch_seconds(lambda: DataLoader(ds, batch_size=bs, shuffle=True, seed=0)),
+        "resume": lambda: first_batch_seconds(resumed),
+        "torch_replay": torch_replay,
+    })
     rows = [Row("resume@90%", "seqloader resume", 0, best["resume"], "s",
                 ratio=best["torch_replay"] / best["resume"]),
             Row("resume@90%", "seqloader fresh", 0, best["fresh"], "s"),
@@ -67,10 +55,8 @@ def resume_latency(opts) -> list:
     return rows + _torchdata_resume(ds, bs, state["position"] // bs, opts.repeat)
 
 
-def _torchdata_resume(ds, bs: int, batches: int, repeat: int) -> list:
+def _torchdata_resume(ds, bs: int, batches: int, repeat: int) -> list[Row]:
     """torchdata's ``StatefulDataLoader`` resumed at the same point, when torchdata is installed."""
-    from seqloader.bench import Row
-
     try:
         from torchdata.stateful_dataloader import StatefulDataLoader
     except ImportError:
@@ -87,66 +73,60 @@ def _torchdata_resume(ds, bs: int, batches: int, repeat: int) -> list:
         fresh.load_state_dict(state)
         return fresh
 
-    best = {"resume": float("inf"), "fresh": float("inf")}
-    for _ in range(repeat):
-        best["resume"] = min(best["resume"], _first_batch_seconds(resumed))
-        best["fresh"] = min(best["fresh"], _first_batch_seconds(
-            lambda: StatefulDataLoader(ds, batch_size=bs, shuffle=True)))
+    best = best_of(repeat, {
+        "resume": lambda: first_batch_seconds(resumed),
+        "fresh": lambda: first_batch_seconds(lambda: StatefulDataLoader(ds, batch_size=bs, shuffle=True)),
+    })
     return [Row("resume@90%", "torchdata resume", 0, best["resume"], "s"),
             Row("resume@90%", "torchdata fresh", 0, best["fresh"], "s")]
 
 
-def state_size(opts) -> list:
+def state_size(opts: Options) -> list[Row]:
     """Bytes of the JSON state of a shuffled map-style loader, mid-epoch."""
-    from seqloader.bench import IntDataset as _Ints, Row
-
-    loader = DataLoader(_Ints(1_000_000), batch_size=256, shuffle=True, seed=0)
+    loader = DataLoader(IntDataset(1_000_000), batch_size=256, shuffle=True, seed=0)
     it = iter(loader)
     next(it)
     size = len(json.dumps(loader.state_dict()).encode())
     return [Row("state_size", "seqloader", 0, float(size), "bytes")]
 
 
-def _loader_compare(name: str, ds, batch_size: int, workers: tuple, opts, item_bytes=None) -> list:
+def _epoch_seconds(cls, ds, batch_size: int, num_workers: int) -> float:
+    t0 = time.perf_counter()
+    for _ in cls(ds, batch_size=batch_size, shuffle=True, num_workers=num_workers):
+        pass
+    return time.perf_counter() - t0
+
+
+def _loader_compare(name: str, ds, batch_size: int, workers: tuple[int, ...], opts: Options,
+                    item_bytes: int | None = None) -> list[Row]:
     """Throughput of ``seqloader.DataLoader`` vs torch's ``DataLoader`` (shuffled, same arguments)."""
-    from seqloader.bench import Row
-
     rows = []
+    n = len(ds)
     for nw in workers:
-        best = {"seqloader": float("inf"), "torch": float("inf")}
-        for _ in range(opts.repeat):
-            for label, cls in (("seqloader", DataLoader), ("torch", torch.utils.data.DataLoader)):
-                t0 = time.perf_counter()
-                for _ in cls(ds, batch_size=batch_size, shuffle=True, num_workers=nw):
-                    pass
-                best[label] = min(best[label], time.perf_counter() - t0)
-
-        def mb(t):
-            return None if item_bytes is None else len(ds) * item_bytes / t / 1e6
-
-        rows += [Row(name, "seqloader.DataLoader", nw, len(ds) / best["seqloader"], "samples/s",
-                     mb(best["seqloader"]), ratio=best["torch"] / best["seqloader"]),
-                 Row(name, "torch DataLoader", nw, len(ds) / best["torch"], "samples/s", mb(best["torch"]))]
+        best = best_of(opts.repeat, {
+            "seqloader": lambda: _epoch_seconds(DataLoader, ds, batch_size, nw),
+            "torch": lambda: _epoch_seconds(torch.utils.data.DataLoader, ds, batch_size, nw),
+        })
+        rows += [Row(name, "seqloader.DataLoader", nw, n / best["seqloader"], "samples/s",
+                     mb_per_s(n, item_bytes, best["seqloader"]), ratio=best["torch"] / best["seqloader"]),
+                 Row(name, "torch DataLoader", nw, n / best["torch"], "samples/s",
+                     mb_per_s(n, item_bytes, best["torch"]))]
     return rows
 
 
-def loader_tiny(opts) -> list:
+def loader_tiny(opts: Options) -> list[Row]:
     """``seqloader.DataLoader`` vs torch's ``DataLoader``: 200_000 ints, batch 256, 0 and 2 workers."""
-    from seqloader.bench import IntDataset
-
     return _loader_compare("loader_tiny", IntDataset(5_000 if opts.quick else 200_000), 256, (0, 2), opts)
 
 
-def loader_images(opts) -> list:
+def loader_images(opts: Options) -> list[Row]:
     """``seqloader.DataLoader`` vs torch's ``DataLoader``: 8_000 uint8 3x224x224 images, batch 64, 2 workers."""
-    from seqloader.bench import ImageDataset
-
     ds = ImageDataset(256 if opts.quick else 8_000)
     return _loader_compare("loader_images", ds, 64, (2,), opts, item_bytes=ds.images[0].nbytes)
 
 
-#: Workload name -> function(Options) -> rows; ``seqloader.bench`` adds these to its WORKLOADS.
-LOADER_WORKLOADS: dict[str, Callable] = {
+#: Workload name -> function(Options) -> rows.
+LOADER_WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
     "resume": resume_latency,
     "state_size": state_size,
     "loader_tiny": loader_tiny,

@@ -1,31 +1,27 @@
-"""The worker process: its loop, and the parent's handle on one worker.
+"""The worker process: its loop, pipe framing and the pickling of sequences.
 
-A worker owns one sequence (replaced by :class:`~seqloader.prefetch.messages.Retarget`), reads
-:class:`~seqloader.prefetch.messages.Job` messages from its own pipe, computes ``seq[index]``
-and writes the result into the job's shared-memory slot (:mod:`seqloader.prefetch.shm`). Set-up
-mirrors torch's ``_worker_loop``: one intra-op thread, ``random``/``numpy``/torch seeded from
-``base_seed + worker_id``, ``torch.utils.data.get_worker_info()`` set, then ``worker_init_fn``.
-The parent's side (process handles, the shutdown protocol) is in :mod:`seqloader.prefetch.crew`.
+A worker owns one sequence (replaced by :class:`~seqloader.prefetcher.messages.Retarget`), reads
+:class:`~seqloader.prefetcher.messages.Job` messages from its own pipe, computes ``seq[index]``
+and writes the result into the job's shared-memory slot (:mod:`seqloader.prefetcher.shm`). Set-up:
+SIGINT ignored, one intra-op torch thread, then ``worker_init_fn(worker_id)``; whatever else a
+worker needs (seeds, torch's ``WorkerInfo``) is the caller's ``worker_init_fn``'s business.
+The parent's side (process handles, the shutdown protocol) is in :mod:`seqloader.prefetcher.crew`.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import io
 import os
 import pickle
-import random
 import select
 import signal
 import traceback
-from typing import Any, Iterator
+from typing import Any
 
-import numpy as np
 import torch
-from torch.utils.data._utils import worker as _torch_worker
 
-from seqloader.prefetch.messages import (
+from seqloader.prefetcher.messages import (
     Cancelled,
     Failure,
     Forget,
@@ -36,14 +32,13 @@ from seqloader.prefetch.messages import (
     WorkerConfig,
     WorkerFailed,
 )
-from seqloader.prefetch.seeding import seed_globals
-from seqloader.prefetch.shm import WorkerSlots, unlink_segment, write_payload
+from seqloader.prefetcher.shm import WorkerSlots, unlink_segment, write_payload
 
-__all__ = ["dumps_seq", "error_report", "loads_seq", "recv", "send", "torch_worker_info_hidden", "worker_main"]
+__all__ = ["dumps_seq", "error_report", "loads_seq", "recv", "send", "worker_main"]
 
 #: How often (seconds) an idle worker checks that its parent is alive.
 PARENT_CHECK_INTERVAL = 0.25
-_DATASET_PID = "seqloader.dataset"
+_SHARED_PID = "seqloader.shared"
 
 
 # --------------------------------------------------------------------------- pipes and pickling
@@ -59,39 +54,38 @@ def recv(conn):
     return pickle.loads(conn.recv_bytes())
 
 
-
 class _SeqPickler(pickle.Pickler):
-    def __init__(self, file, dataset):
+    def __init__(self, file, shared):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._dataset = dataset
+        self._shared = shared
 
     def persistent_id(self, obj):
-        if obj is self._dataset and obj is not None:
-            return _DATASET_PID
+        if obj is self._shared and obj is not None:
+            return _SHARED_PID
         return None
 
 
 class _SeqUnpickler(pickle.Unpickler):
-    def __init__(self, file, dataset):
+    def __init__(self, file, shared):
         super().__init__(file)
-        self._dataset = dataset
+        self._shared = shared
 
     def persistent_load(self, pid):
-        if pid == _DATASET_PID:
-            return self._dataset
+        if pid == _SHARED_PID:
+            return self._shared
         raise pickle.UnpicklingError(f"prefetch: unknown persistent id {pid!r}")  # pragma: no cover
 
 
-def dumps_seq(seq: Any, dataset: Any) -> bytes:
-    """Pickle ``seq`` for a :class:`Retarget`; ``dataset`` (sent at start) is referred to by id."""
+def dumps_seq(seq: Any, shared: Any) -> bytes:
+    """Pickle ``seq`` for a :class:`Retarget`; ``shared`` (sent at start) is referred to by id."""
     f = io.BytesIO()
-    _SeqPickler(f, dataset).dump(seq)
+    _SeqPickler(f, shared).dump(seq)
     return f.getvalue()
 
 
-def loads_seq(blob: bytes, dataset: Any) -> Any:
-    """Inverse of :func:`dumps_seq` in a worker holding ``dataset``."""
-    return _SeqUnpickler(io.BytesIO(blob), dataset).load()
+def loads_seq(blob: bytes, shared: Any) -> Any:
+    """Inverse of :func:`dumps_seq` in a worker holding ``shared``."""
+    return _SeqUnpickler(io.BytesIO(blob), shared).load()
 
 
 def error_report(exc: BaseException) -> dict:
@@ -111,43 +105,13 @@ def error_report(exc: BaseException) -> dict:
             "traceback": tb}
 
 
-@contextlib.contextmanager
-def torch_worker_info_hidden() -> Iterator[None]:
-    """Make ``torch.utils.data.get_worker_info()`` return ``None`` inside the block.
-
-    Meant for code running in a worker around torch's ``default_collate``, which, whenever it
-    sees a ``WorkerInfo``, stacks tensors into a fresh shared-memory segment per batch (for
-    torch's own transport). seqloader copies results into reused slots anyway, so hiding the
-    info there gives the same values in ordinary memory, much faster for large batches.
-
-    Example:
-        >>> with torch_worker_info_hidden():
-        ...     torch.utils.data.get_worker_info() is None
-        True
-    """
-    saved = _torch_worker._worker_info
-    _torch_worker._worker_info = None
-    try:
-        yield
-    finally:
-        _torch_worker._worker_info = saved
-
-
 # --------------------------------------------------------------------------- the worker process
 
 
-def _set_up(config: WorkerConfig, info_dataset: Any) -> None:
-    torch.set_num_threads(1)
-    seed = config.base_seed + config.worker_id
-    random.seed(seed)
-    torch.manual_seed(seed)
-    np.random.seed(_torch_worker._generate_state(config.base_seed, config.worker_id))
-    _torch_worker._worker_info = _torch_worker.WorkerInfo(
-        id=config.worker_id, num_workers=config.num_workers, seed=seed, dataset=info_dataset)
+def _set_up(config: WorkerConfig) -> None:
+    torch.set_num_threads(1)  # workers are processes: one intra-op thread each, as in torch
     if config.worker_init_fn is not None:
         config.worker_init_fn(config.worker_id)
-    if not config.torch_worker_info:  # visible to worker_init_fn only (see prefetch's docstring)
-        _torch_worker._worker_info = None
 
 
 def _parent_alive(ppid: int, parent_pid: int) -> bool:
@@ -162,10 +126,8 @@ def _parent_alive(ppid: int, parent_pid: int) -> bool:
     return True
 
 
-def _compute(seq, job: Job, seed, epoch, slots: WorkerSlots):
+def _compute(seq, job: Job, slots: WorkerSlots):
     try:
-        if seed is not None:
-            seed_globals(seed, epoch, job.index)
         value = seq[job.index]
     except Exception as exc:
         return Failure(job.gen, job.index, write_payload(error_report(exc), slots, job.slot_id))
@@ -178,14 +140,14 @@ def _compute(seq, job: Job, seed, epoch, slots: WorkerSlots):
         return Failure(job.gen, job.index, write_payload(error_report(err), slots, job.slot_id))
 
 
-def worker_main(config: WorkerConfig, jobs, results, dataset: Any, seq: Any) -> None:
+def worker_main(config: WorkerConfig, jobs, results, shared: Any, seq: Any) -> None:
     """Entry point of a worker process (see the module docstring and the shutdown NOTE).
 
     Args:
-        config: ids, seeds and ``worker_init_fn``.
+        config: ids, the parent's pid and ``worker_init_fn``.
         jobs: the receiving end of this worker's job pipe.
         results: the sending end of this worker's result pipe.
-        dataset: the object persistent ids refer to (``None`` if the caller gave none).
+        shared: the object persistent ids refer to (``None`` if the caller gave none).
         seq: the initial sequence.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the reader's business
@@ -193,11 +155,11 @@ def worker_main(config: WorkerConfig, jobs, results, dataset: Any, seq: Any) -> 
     slots = WorkerSlots()
     parent_gone = False
     try:
-        _set_up(config, dataset if dataset is not None else seq)
+        _set_up(config)
     except Exception as exc:
         send(results, WorkerFailed("worker_init_fn", pickle.dumps(error_report(exc))))
         return
-    seed, epoch, latest = config.seed, config.epoch, config.gen
+    latest = config.gen
     pending: collections.deque = collections.deque()
     poller = select.poll()
     poller.register(jobs.fileno(), select.POLLIN)
@@ -224,17 +186,16 @@ def worker_main(config: WorkerConfig, jobs, results, dataset: Any, seq: Any) -> 
                 if any(isinstance(m, Retarget) for m in pending):
                     continue  # superseded before we got to it
                 try:
-                    seq = loads_seq(msg.blob, dataset if dataset is not None else seq)
+                    seq = loads_seq(msg.blob, shared)
                 except Exception as exc:
                     send(results, WorkerFailed("reset", pickle.dumps(error_report(exc))))
                     return
-                seed, epoch = msg.seed, msg.epoch
             elif isinstance(msg, Job):
                 slots.open(msg.slot_id, msg.slot_name)
                 if msg.gen < latest:
                     send(results, Cancelled(msg.gen, msg.index, msg.slot_id))
                 else:
-                    send(results, _compute(seq, msg, seed, epoch, slots))
+                    send(results, _compute(seq, msg, slots))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         parent_gone = True
     finally:

@@ -4,8 +4,10 @@ A :class:`Prefetch` is a :class:`~seqloader.sequences.base.LazySequence`: ``p[i]
 computed by one of ``num_workers`` long-lived processes. Reading item ``i`` keeps the items
 ``i+1 .. i+num_workers*prefetch_factor`` in flight; reading any other item than the next one
 *re-targets* the workers there (the items in between are never computed, stale results are
-dropped). :meth:`Prefetch.reset` points the same workers at a new sequence, seed or epoch with
-one small message. Results travel through shared memory (:mod:`seqloader.prefetch.shm`).
+dropped). :meth:`Prefetch.reset` points the same workers at a new sequence with one small
+message. Results travel through shared memory (:mod:`seqloader.prefetcher.shm`). A prefetcher knows
+nothing of torch's ``DataLoader``: worker set-up beyond one intra-op thread (seeds, torch's
+``WorkerInfo``) is the caller's ``worker_init_fn``.
 """
 
 from __future__ import annotations
@@ -16,12 +18,11 @@ import time
 import weakref
 from typing import Any, Callable, Sequence
 
-from seqloader.errors import add_note, check_int, check_nonnegative_int, check_positive_int
-from seqloader.prefetch.crew import Crew, WorkerHandle
-from seqloader.prefetch.messages import Cancelled, Result, Retarget, WorkerFailed
-from seqloader.prefetch.shm import read_and_release
-from seqloader.prefetch.worker import dumps_seq
-from seqloader.rng import check_seed
+from seqloader.errors import add_note, check_int, check_positive_int
+from seqloader.prefetcher.crew import Crew, WorkerHandle
+from seqloader.prefetcher.messages import Cancelled, Result, Retarget, WorkerFailed
+from seqloader.prefetcher.shm import read_and_release
+from seqloader.prefetcher.worker import dumps_seq
 from seqloader.sequences.base import LazySequence
 
 __all__ = ["Prefetch", "prefetch"]
@@ -66,17 +67,14 @@ class Prefetch(LazySequence):
     :func:`prefetch` for the arguments.
     """
 
-    def __init__(self, seq, num_workers, prefetch_factor, ctx, worker_init_fn, timeout, seed, epoch,
-                 dataset, base_seed, torch_worker_info):
-        self._seq, self._len = seq, len(seq)
-        self._seed, self._epoch, self._timeout = seed, epoch, timeout
-        self._dataset = dataset if dataset is not None else seq
+    def __init__(self, seq, num_workers, prefetch_factor, ctx, worker_init_fn, timeout, shared):
+        self._seq, self._len, self._timeout = seq, len(seq), timeout
+        self._shared = shared if shared is not None else seq
         self._gen = 0
         self._next_read = self._next_submit = 0
         self._ready: dict[int, tuple] = {}  # index -> (Result or Failure, worker handle)
         self._broken: str | None = None
-        self._crew = Crew(ctx, num_workers, prefetch_factor, worker_init_fn, self._dataset, base_seed, seed,
-                           torch_worker_info)
+        self._crew = Crew(ctx, num_workers, prefetch_factor, worker_init_fn, self._shared)
         self._finalizer = weakref.finalize(self, self._crew.close)
 
     def __len__(self) -> int:
@@ -99,7 +97,7 @@ class Prefetch(LazySequence):
     def close(self) -> None:
         """Stop the workers and free every shared-memory slot; idempotent.
 
-        The shutdown protocol is the NOTE next to ``Crew.close`` in ``seqloader/prefetch/crew.py``
+        The shutdown protocol is the NOTE next to ``Crew.close`` in ``seqloader/prefetcher/crew.py``
         and in ``docs/design.md``. Values already returned stay valid. Reading after ``close``
         raises ``ValueError``.
 
@@ -121,11 +119,11 @@ class Prefetch(LazySequence):
         """Whether :meth:`close` has run (explicitly, by ``with``, or after a worker failure)."""
         return self._crew.closed
 
-    def reset(self, seq: Sequence, *, seed: int | None = None, epoch: int = 0) -> None:
-        """Point the same workers at ``seq`` (and ``seed``/``epoch``); nothing is respawned.
+    def reset(self, seq: Sequence) -> None:
+        """Point the same workers at ``seq``; nothing is respawned.
 
-        The sequence is pickled with the objects the workers already hold (the ``dataset``
-        argument of :func:`prefetch`, else the first sequence) replaced by persistent ids, so a
+        The sequence is pickled with the object the workers already hold (the ``shared``
+        argument of :func:`prefetch`, else the first sequence) replaced by a persistent id, so a
         new epoch over the same dataset costs one small message per worker (a pickled
         sequence larger than the pipe buffer, 64 KiB, waits for each worker to finish its
         current item). The next read may be any item of ``seq``; jobs of the old sequence that
@@ -133,17 +131,15 @@ class Prefetch(LazySequence):
 
         Args:
             seq: the new sequence (picklable once workers have started).
-            seed: the per-item global-RNG seed (see :func:`prefetch`), or ``None``.
-            epoch: the epoch passed to ``seed_globals``.
 
         Raises:
-            TypeError: ``seq`` has no ``len`` or cannot be pickled; bad ``seed``/``epoch`` types.
-            ValueError: negative ``seed``/``epoch``, or the Prefetch is closed.
+            TypeError: ``seq`` has no ``len`` or cannot be pickled.
+            ValueError: the Prefetch is closed.
 
         Example:
             >>> with prefetch(range(5), num_workers=1) as p:
             ...     first = list(p)
-            ...     p.reset(range(10, 13), epoch=1)
+            ...     p.reset(range(10, 13))
             ...     len(p), list(p)
             (3, [10, 11, 12])
             >>> p.reset(range(3))
@@ -152,21 +148,19 @@ class Prefetch(LazySequence):
         """
         self._check_open()
         n = _check_seq("prefetch.reset", seq)
-        seed = None if seed is None else check_seed("prefetch.reset", seed)
-        epoch = check_nonnegative_int("prefetch.reset", "epoch", epoch)
         blob = None
         if self._crew.handles:
             try:
-                blob = dumps_seq(seq, self._dataset)
+                blob = dumps_seq(seq, self._shared)
             except Exception as exc:
                 raise TypeError(f"prefetch.reset: seq cannot be pickled for the workers ({type(exc).__name__}: "
                                 f"{exc})") from exc
         self._retarget()
-        self._seq, self._len, self._seed, self._epoch = seq, n, seed, epoch
+        self._seq, self._len = seq, n
         self._next_read = self._next_submit = 0
         if blob is not None:
             for h in self._crew.handles:
-                h.send(Retarget(self._gen, blob, seed, epoch))
+                h.send(Retarget(self._gen, blob))
 
     # ----------------------------------------------------------------------- reading
 
@@ -174,7 +168,7 @@ class Prefetch(LazySequence):
         self._check_open()
         crew = self._crew
         if not crew.handles:
-            crew.start(self._seq, self._gen, self._seed, self._epoch)
+            crew.start(self._seq, self._gen)
         if i != self._next_read:
             self._retarget()
             self._next_read = self._next_submit = i
@@ -310,9 +304,8 @@ def _resolve_context(ctx: Any):
 
 
 def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multiprocessing_context: Any = None,
-             worker_init_fn: Callable[[int], None] | None = None, timeout: float = 0, seed: int | None = None,
-             epoch: int = 0, dataset: Any = None, base_seed: int | None = None,
-             torch_worker_info: bool = True) -> Prefetch:
+             worker_init_fn: Callable[[int], None] | None = None, timeout: float = 0,
+             shared: Any = None) -> Prefetch:
     """Compute the items of ``seq`` ahead of the reader, in ``num_workers`` worker processes.
 
     The result is ordered and index-addressable like ``seq``. Reading item ``i`` keeps items
@@ -322,40 +315,31 @@ def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multi
     :meth:`Prefetch.reset`. Arrays and tensors in items come back as views of shared memory
     that stay valid as long as they are referenced.
 
+    Workers do nothing to the global RNGs: under ``fork`` they start with the parent's states,
+    so draw randomness with :func:`seqloader.rng_map` (a generator per item), or seed in
+    ``worker_init_fn``. ``seqloader.DataLoader`` does the seeding torch's ``DataLoader`` does.
+
     Args:
         seq: a sequence (``len`` and integer indexing); picklable for ``spawn``/``forkserver``.
         num_workers: worker processes, ``>= 1`` (there is no in-process fallback: read ``seq``).
         prefetch_factor: jobs in flight per worker, ``>= 1``.
         multiprocessing_context: ``None`` (platform default), ``"fork"``, ``"spawn"``,
             ``"forkserver"`` or a ``multiprocessing`` context object.
-        worker_init_fn: called as ``worker_init_fn(worker_id)`` in each worker after seeding.
+        worker_init_fn: called as ``worker_init_fn(worker_id)`` in each worker before it
+            computes anything (an error there is raised by the first read, naming the worker).
         timeout: seconds to wait for one item before ``RuntimeError``; ``0`` waits forever
             (worker deaths are still detected at once).
-        seed: if not ``None``, item ``i`` is computed right after
-            ``seeding.seed_globals(seed, epoch, i)``, so global-RNG draws do not depend on the
-            worker that computes it.
-        epoch: the epoch passed to ``seed_globals``.
-        dataset: the object ``torch.utils.data.get_worker_info().dataset`` returns in workers,
-            sent to workers once; later :meth:`Prefetch.reset` sequences refer to it by id.
-            Defaults to ``seq``.
-        base_seed: workers seed ``random``/``numpy``/torch with ``base_seed + worker_id`` like
-            torch; default: drawn from torch's global generator when workers start (or derived
-            from ``seed`` when given).
-        torch_worker_info: ``True`` (default, like torch): ``torch.utils.data.get_worker_info()``
-            returns the worker's ``WorkerInfo`` everywhere in the worker. ``False``: it returns
-            it only while ``worker_init_fn`` runs, and ``None`` while items are computed. Use
-            ``False`` for speed when item code does not call it: torch's ``default_collate``
-            stacks tensors into a *fresh shared-memory segment per batch* whenever it sees a
-            ``WorkerInfo`` (torch's own transport needs that; seqloader's slots do not), and
-            faulting in those fresh pages dominates the cost of large batches.
+        shared: an object sent to each worker once, at start (typically the dataset that
+            every sequence passed to :meth:`Prefetch.reset` reads): a later sequence that
+            references it is pickled with a reference instead of a copy. Default: ``seq``.
 
     Returns:
         A :class:`Prefetch` of ``len(seq)`` items.
 
     Raises:
         TypeError: ``seq`` has no ``len``; an argument has the wrong type.
-        ValueError: ``num_workers < 1``, ``prefetch_factor < 1``, ``timeout < 0``, an unknown
-            start method or a negative seed/epoch.
+        ValueError: ``num_workers < 1``, ``prefetch_factor < 1``, ``timeout < 0`` or an unknown
+            start method.
 
     Example:
         >>> with prefetch(range(10), num_workers=2) as p:
@@ -375,16 +359,7 @@ def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multi
         raise TypeError(f"prefetch: timeout must be a number of seconds (got {type(timeout).__name__})")
     if not timeout >= 0:
         raise ValueError(f"prefetch: timeout must be >= 0 (got {timeout}); 0 waits forever")
-    seed = None if seed is None else check_seed("prefetch", seed)
-    if base_seed is not None:
-        base_seed = check_nonnegative_int("prefetch", "base_seed", base_seed)
-        if base_seed >= 2**63:
-            raise ValueError(f"prefetch: base_seed must be < 2**63 (got {base_seed})")
-    epoch = check_nonnegative_int("prefetch", "epoch", epoch)
-    if not isinstance(torch_worker_info, bool):
-        raise TypeError(f"prefetch: torch_worker_info must be a bool (got {type(torch_worker_info).__name__})")
-    return Prefetch(seq, workers, prefetch_factor, ctx, worker_init_fn, float(timeout), seed, epoch, dataset,
-                    base_seed, torch_worker_info)
+    return Prefetch(seq, workers, prefetch_factor, ctx, worker_init_fn, float(timeout), shared)
 
 
 def _check_workers(num_workers: Any) -> int:

@@ -1,4 +1,4 @@
-"""The messages exchanged between a :class:`~seqloader.prefetch.prefetch.Prefetch` and its workers.
+"""The messages exchanged between a :class:`~seqloader.prefetcher.prefetch.Prefetch` and its workers.
 
 Every message is a small frozen dataclass, so a message can never be confused with data (no
 ``-1`` or ``None`` sentinels). Bulk data never travels through the pipes: results and the
@@ -10,7 +10,7 @@ its own result pipe, in the order the jobs were sent, and reports a broken set-u
 ``worker_init_fn`` or an unpicklable sequence) with :class:`WorkerFailed` before it exits.
 
 ``gen`` (generation) numbers order the parent's requests: the parent increments it on every seek
-and every :meth:`~seqloader.prefetch.prefetch.Prefetch.reset`; a worker cancels any queued job
+and every :meth:`~seqloader.prefetcher.prefetch.Prefetch.reset`; a worker cancels any queued job
 whose ``gen`` is older than the newest one it has seen, and the parent drops replies of old
 generations.
 """
@@ -38,19 +38,16 @@ __all__ = [
 class WorkerConfig:
     """What a worker needs to start; passed as a ``Process`` argument, not through a pipe.
 
-    ``seq`` and ``dataset`` are passed beside it (objects, not bytes): under ``fork`` they are
-    inherited without pickling, under ``spawn``/``forkserver`` they are pickled once together.
+    ``seq`` and ``shared`` are passed beside it (objects, not bytes): under ``fork`` they are
+    inherited without pickling, under ``spawn``/``forkserver`` they are pickled once together
+    (with ``worker_init_fn``), so an object referenced by several of them arrives once.
     """
 
     worker_id: int
     num_workers: int
-    base_seed: int
     parent_pid: int
     worker_init_fn: Any
     gen: int
-    seed: int | None
-    epoch: int
-    torch_worker_info: bool
 
 
 @dataclass(frozen=True)
@@ -69,16 +66,14 @@ class Job:
 
 @dataclass(frozen=True)
 class Retarget:
-    """Switch to a new sequence, seed and epoch from generation ``gen`` on.
+    """Switch to a new sequence from generation ``gen`` on.
 
-    ``blob`` is the sequence pickled with persistent ids: the objects the workers received at
-    start (the ``dataset``) are referred to by id, not re-sent.
+    ``blob`` is the sequence pickled with persistent ids: the object the workers received at
+    start (``shared``) is referred to by id, not re-sent.
     """
 
     gen: int
     blob: bytes
-    seed: int | None
-    epoch: int
 
 
 @dataclass(frozen=True)
@@ -120,8 +115,9 @@ class Result:
 class Failure:
     """Computing item ``index`` raised; ``payload`` holds the pickled error report.
 
-    The report is a dict ``{"exc": exception or None, "type": class or None, "message": str,
-    "traceback": str}``; ``exc`` is None when the exception itself could not be pickled.
+    The report is a dict ``{"exc": exception or None, "type": class or None, "type_name": str,
+    "message": str, "traceback": str}`` (see ``worker.error_report``); ``exc`` is None when the
+    exception itself could not be pickled, ``type`` when its class could not.
     """
 
     gen: int

@@ -1,0 +1,127 @@
+"""L3: the loader's worker processes: torch's worker set-up, and the pool kept across epochs.
+
+The prefetcher (L2) knows nothing of torch's ``DataLoader``; the loader hands it a
+:class:`TorchWorkerSetup` as its ``worker_init_fn``. In each worker that does what torch's
+``_worker_loop`` does before the first item: seed ``random``, ``numpy.random`` and torch from
+``base_seed + worker_id`` (numpy through torch's ``_generate_state``), set the ``WorkerInfo`` that
+``torch.utils.data.get_worker_info()`` returns, then call the user's ``worker_init_fn``.
+:class:`Workers` owns the loader's live :class:`~seqloader.prefetcher.prefetch.Prefetch`: opened per
+epoch, or kept and re-targeted with ``persistent_workers``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any, Callable, Iterator, Optional
+
+import numpy as np
+import torch
+from torch.utils.data._utils import worker as _torch_worker
+
+from seqloader.prefetcher.prefetch import Prefetch, prefetch
+from seqloader.rng import derive_seed
+
+__all__ = ["TorchWorkerSetup", "Workers", "worker_info_hidden"]
+
+
+class TorchWorkerSetup:
+    """A prefetch ``worker_init_fn`` doing torch's worker set-up; see the module docstring.
+
+    Args:
+        num_workers: the number of workers (``WorkerInfo.num_workers``).
+        base_seed: worker ``w`` is seeded with ``base_seed + w``, like torch; ``< 2**63``.
+        dataset: ``WorkerInfo.dataset`` (the worker's copy of the loader's dataset).
+        user_fn: the user's ``worker_init_fn(worker_id)``, or ``None``.
+
+    Example:
+        >>> from seqloader.loader.seeding import preserved_globals
+        >>> setup = TorchWorkerSetup(2, base_seed=10, dataset="ds", user_fn=None)
+        >>> with preserved_globals():   # what worker 1 runs first; here, in this process
+        ...     setup(1)
+        ...     info = torch.utils.data.get_worker_info()
+        ...     _torch_worker._worker_info = None
+        >>> info.id, info.num_workers, info.seed, info.dataset
+        (1, 2, 11, 'ds')
+    """
+
+    def __init__(self, num_workers: int, base_seed: int, dataset: Any,
+                 user_fn: Optional[Callable[[int], None]]):
+        self.num_workers, self.base_seed = num_workers, base_seed
+        self.dataset, self.user_fn = dataset, user_fn
+
+    def __call__(self, worker_id: int) -> None:
+        seed = self.base_seed + worker_id
+        random.seed(seed)
+        torch.manual_seed(seed)
+        np.random.seed(_torch_worker._generate_state(self.base_seed, worker_id))
+        _torch_worker._worker_info = _torch_worker.WorkerInfo(
+            id=worker_id, num_workers=self.num_workers, seed=seed, dataset=self.dataset)
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+@contextlib.contextmanager
+def worker_info_hidden() -> Iterator[None]:
+    """Make ``torch.utils.data.get_worker_info()`` return ``None`` inside the block.
+
+    Used in workers around torch's ``default_collate``, which, whenever it sees a ``WorkerInfo``,
+    stacks tensors into a fresh shared-memory segment per batch (for torch's own transport).
+    The prefetcher copies results into reused slots anyway, so hiding the info there gives the
+    same values in ordinary memory, much faster for large batches.
+
+    Example:
+        >>> with worker_info_hidden():
+        ...     torch.utils.data.get_worker_info() is None
+        True
+    """
+    saved = _torch_worker._worker_info
+    _torch_worker._worker_info = None
+    try:
+        yield
+    finally:
+        _torch_worker._worker_info = saved
+
+
+def worker_base_seed(seed: int, epoch: int) -> int:
+    """The base seed of the workers started for ``epoch`` (a signed-64-bit-safe int, like torch's).
+
+    Example:
+        >>> 0 <= worker_base_seed(0, 3) < 2**62
+        True
+    """
+    return derive_seed(seed, "worker", epoch) >> 2
+
+
+class Workers:
+    """The loader's ``Prefetch`` over worker processes: opened per epoch or kept (persistent)."""
+
+    def __init__(self) -> None:
+        self.prefetch: Optional[Prefetch] = None
+        self.persistent = False
+
+    def open(self, loader: Any, seq: Any, epoch: int) -> Prefetch:
+        """A ``Prefetch`` reading ``seq`` (the batches of ``epoch``) with ``loader``'s settings."""
+        if self.prefetch is not None and loader.persistent_workers and not self.prefetch.closed:
+            self.prefetch.reset(seq)
+            return self.prefetch
+        self.close()
+        setup = TorchWorkerSetup(loader.num_workers, worker_base_seed(loader.seed, epoch),
+                                 loader.dataset, loader.worker_init_fn)
+        self.prefetch = prefetch(
+            seq, loader.num_workers, prefetch_factor=loader.prefetch_factor,
+            multiprocessing_context=loader.multiprocessing_context, worker_init_fn=setup,
+            timeout=loader.timeout, shared=loader.dataset)
+        self.persistent = loader.persistent_workers
+        return self.prefetch
+
+    def drop_transient(self) -> None:
+        """Close non-persistent workers (a new iterator starts its own)."""
+        if not self.persistent:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the workers, if any; idempotent."""
+        if self.prefetch is not None:
+            pf, self.prefetch = self.prefetch, None
+            pf.close()
