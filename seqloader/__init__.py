@@ -28,6 +28,7 @@ _EXPORTS = {
     "repeat": "seqloader.sequences.reorder",
     "batch": "seqloader.sequences.shape",
     "shard": "seqloader.sequences.shard",
+    "mix": "seqloader.sequences.mix",
     "prefetch": "seqloader.prefetcher.prefetch",
     "Prefetch": "seqloader.prefetcher.prefetch",
     "DataLoader": "seqloader.loader.dataloader",
@@ -67,6 +68,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from seqloader.sampler import Stateful, StatefulDistributedSampler
     from seqloader.sequences.base import LazySequence
     from seqloader.sequences.mapping import rng_map, smap
+    from seqloader.sequences.mix import mix
     from seqloader.sequences.reorder import concatenate, gather, repeat, shuffle
     from seqloader.sequences.shape import batch
     from seqloader.sequences.shard import shard

@@ -33,6 +33,7 @@ PURPOSES = {
     "batch_globals": 3,
     "worker": 4,
     "sampler": 5,
+    "mix": 6,
 }
 
 #: Seeds are unsigned 64-bit integers.
@@ -49,10 +50,10 @@ def check_seed(op: str, seed: Any) -> int:
         Traceback (most recent call last):
         ValueError: shuffle: seed must be < 2**64 (got 18446744073709551616)
     """
-    seed = check_nonnegative_int(op, "seed", seed)
-    if seed >= SEED_BOUND:
-        raise ValueError(f"{op}: seed must be < 2**64 (got {seed})")
-    return seed
+    s = check_nonnegative_int(op, "seed", seed)
+    if s >= SEED_BOUND:
+        raise ValueError(f"{op}: seed must be < 2**64 (got {s})")
+    return s
 
 
 def derive_seed(seed: int, purpose: str, *position: int) -> int:
@@ -76,7 +77,7 @@ def derive_seed(seed: int, purpose: str, *position: int) -> int:
         True
         >>> derive_seed(0, "shufle", 1)
         Traceback (most recent call last):
-        ValueError: derive_seed: unknown purpose 'shufle' (expected one of batch_globals, rng_map, sampler, shuffle, worker)
+        ValueError: derive_seed: unknown purpose 'shufle' (expected one of batch_globals, mix, rng_map, sampler, shuffle, worker)
     """
     if purpose not in PURPOSES:
         raise ValueError(f"derive_seed: unknown purpose {purpose!r} (expected one of {', '.join(sorted(PURPOSES))})")
@@ -87,13 +88,13 @@ def derive_seed(seed: int, purpose: str, *position: int) -> int:
 
 
 def _check_position(op: str, arg: str, value: Any) -> int:
-    value = check_nonnegative_int(op, arg, value)
-    if value >= SEED_BOUND:
-        raise ValueError(f"{op}: {arg} must be < 2**64 (got {value})")
-    return value
+    i = check_nonnegative_int(op, arg, value)
+    if i >= SEED_BOUND:
+        raise ValueError(f"{op}: {arg} must be < 2**64 (got {i})")
+    return i
 
 
-def _entropy(seed: int, purpose: str, position: list) -> list:
+def _entropy(seed: int, purpose: str, position: list[int]) -> list[int]:
     """An injective encoding of ``(seed, purpose, position)`` as 32-bit words for ``SeedSequence``.
 
     Every int takes exactly two words and the number of positions is written out: a plain
