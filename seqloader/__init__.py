@@ -60,15 +60,15 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-if TYPE_CHECKING:  # what type checkers and IDEs see
-    from seqloader.integrations.torch_iterable import as_iterable_dataset
-    from seqloader.loader.dataloader import DataLoader, StatefulDataLoader
-    from seqloader.loader.sampling import BijectiveShuffleSampler
-    from seqloader.prefetcher.prefetch import Prefetch, prefetch
-    from seqloader.sampler import Stateful, StatefulDistributedSampler
-    from seqloader.sequences.base import LazySequence
-    from seqloader.sequences.mapping import rng_map, smap
-    from seqloader.sequences.mix import mix
-    from seqloader.sequences.reorder import concatenate, gather, repeat, shuffle
-    from seqloader.sequences.shape import batch
-    from seqloader.sequences.shard import shard
+if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-export)
+    from seqloader.integrations.torch_iterable import as_iterable_dataset as as_iterable_dataset
+    from seqloader.loader.dataloader import DataLoader as DataLoader, StatefulDataLoader as StatefulDataLoader
+    from seqloader.loader.sampling import BijectiveShuffleSampler as BijectiveShuffleSampler
+    from seqloader.prefetcher.prefetch import Prefetch as Prefetch, prefetch as prefetch
+    from seqloader.sampler import Stateful as Stateful, StatefulDistributedSampler as StatefulDistributedSampler
+    from seqloader.sequences.base import LazySequence as LazySequence
+    from seqloader.sequences.mapping import rng_map as rng_map, smap as smap
+    from seqloader.sequences.mix import mix as mix
+    from seqloader.sequences.reorder import concatenate as concatenate, gather as gather, repeat as repeat, shuffle as shuffle
+    from seqloader.sequences.shape import batch as batch
+    from seqloader.sequences.shard import shard as shard

@@ -16,7 +16,6 @@ called again after an unfinished epoch (like torch, every ``iter()`` is a new ep
 from __future__ import annotations
 
 import copy
-import dataclasses
 import weakref
 from typing import Any, Optional, TypeVar
 
@@ -24,10 +23,12 @@ import torch
 import torch.utils.data
 
 from seqloader.loader import sampling
+from seqloader.loader.custom_order import CustomOrder
 from seqloader.loader.epoch import MapIterator, pin_device
 from seqloader.loader.fetch import EpochBatches
 from seqloader.loader.iterable import IterableIterator
 from seqloader.loader.progress import Progress
+from seqloader.loader.seeding import DERIVATION
 from seqloader.loader.state import LoaderState, check_matches, is_stateful
 from seqloader.loader.workers import Workers
 from seqloader.rng import check_seed
@@ -35,15 +36,6 @@ from seqloader.rng import check_seed
 __all__ = ["DataLoader", "StatefulDataLoader"]
 
 T_co = TypeVar("T_co", covariant=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class _EpochIndices:
-    """A custom sampler's (or batch_sampler's) indices for one epoch, and its state before them."""
-
-    epoch: int
-    items: Any
-    sampler_state: Any
 
 
 class DataLoader(torch.utils.data.DataLoader[T_co]):
@@ -70,6 +62,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             accepted and changes nothing). An ``IterableDataset`` runs on torch's own workers,
             which restart every epoch (``persistent_workers`` does not keep them); it resumes
             only with the same ``num_workers``.
+        snapshot_every_n_steps: accepted for torchdata compatibility and kept as an attribute;
+            it changes nothing, since every ``state_dict()`` is exact at no per-step cost.
         seed: an int in ``[0, 2**64)``; ``None`` draws one from ``generator`` (torch's default
             generator if ``None``), so ``torch.manual_seed`` before construction reproduces runs.
 
@@ -94,7 +88,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  pin_memory: bool = False, drop_last: bool = False, timeout: float = 0,
                  worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
-                 pin_memory_device: str = "", in_order: bool = True, seed: Optional[int] = None):
+                 pin_memory_device: str = "", in_order: bool = True,
+                 snapshot_every_n_steps: Optional[int] = 1, seed: Optional[int] = None):
         # Every argument by keyword: frameworks (Lightning) patch DataLoader.__init__ and map
         # positional arguments by their own signature.
         super().__init__(dataset=dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
@@ -105,6 +100,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                          prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
                          pin_memory_device=pin_memory_device, in_order=in_order)
         self.shuffle = shuffle
+        # torchdata's knob: how often its workers snapshot their state. Every state_dict() here is
+        # exact at no per-step cost, so it changes nothing; kept for drop-in compatibility.
+        self.snapshot_every_n_steps = snapshot_every_n_steps
         self.seed = sampling.draw_seed(generator) if seed is None else check_seed("DataLoader", seed)
         # A seed is shared by all ranks when given, loaded, or drawn under an initialised world
         # (draw_seed broadcasts rank 0's). One drawn per process cannot shard a global order.
@@ -112,9 +110,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         # The user's own sampler objects (torch builds defaults into .sampler / .batch_sampler).
         self._user_sampler = sampler
         self._user_batch_sampler = batch_sampler
+        self._custom = None if self._builtin_order else CustomOrder(sampler, batch_sampler)
+        self._derivation = DERIVATION  # a loaded state brings its own (see loader/seeding.py)
         self._progress = Progress(max(1, num_workers) if self._is_iterable else None)
-        self._indices: Optional[_EpochIndices] = None
-        self._workers = Workers()  # the live Prefetch (kept across epochs if persistent)
+        self._workers = Workers()  # persistent workers (kept across epochs); others live in iterators
         weakref.finalize(self, self._workers.close)
 
     # -- what is read --------------------------------------------------------------------------
@@ -128,33 +127,19 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         return self._user_batch_sampler is None and (
             self._user_sampler is None or isinstance(self._user_sampler, sampling.BijectiveShuffleSampler))
 
-    @property
-    def _stateful_sampler(self) -> Any:
-        obj = self._user_batch_sampler if self._user_batch_sampler is not None else self._user_sampler
-        return obj if is_stateful(obj) else None
-
     def _order(self, epoch: int) -> Any:
         if isinstance(self._user_sampler, sampling.BijectiveShuffleSampler):
             return self._user_sampler.order(epoch)
-        return sampling.builtin_order(len(self.dataset), self.seed, epoch, bool(self.shuffle))
+        return sampling.builtin_order(len(self.dataset), self.seed, epoch, bool(self.shuffle),
+                                      self._derivation)
 
     def _plan(self, epoch: int, position: int) -> Any:
         if self._builtin_order:
             rank, world = sampling.current_world()
             return sampling.OrderPlan(self._order(epoch), position, self.batch_size, self.drop_last,
                                       rank, world)
-        if self._indices is None or self._indices.epoch != epoch:
-            stateful = self._stateful_sampler
-            before = copy.deepcopy(stateful.state_dict()) if stateful is not None else None
-            with sampling.sampler_globals(self.seed, epoch):
-                if self._user_batch_sampler is not None:
-                    items = sampling.materialise_batches(self._user_batch_sampler)
-                else:
-                    items = sampling.materialise_order(self._user_sampler)
-            self._indices = _EpochIndices(epoch, items, before)
-        if self._user_batch_sampler is not None:
-            return sampling.BatchListPlan(self._indices.items, position)
-        return sampling.OrderPlan(self._indices.items, position, self.batch_size, self.drop_last)
+        return self._custom.plan(epoch, position, self.seed, self._derivation, self.batch_size,
+                                 self.drop_last)
 
     def __len__(self) -> int:
         if self._is_iterable or not self._builtin_order:
@@ -175,16 +160,15 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         device = pin_device(self)
         progress = self._progress
         generation = progress.begin()
-        self._workers.drop_transient()
         if self._is_iterable:
             return IterableIterator(self, progress, generation, device)
         epoch = progress.epoch
         seq = EpochBatches(self.dataset, self._plan(epoch, progress.position), self.collate_fn,
-                           self.seed, epoch)
+                           self.seed, epoch, self._derivation)
         source = seq
         if self.num_workers > 0 and len(seq) > 0:
             source = self._workers.open(self, seq, epoch)
-        return MapIterator(self, progress, generation, self._workers, seq, source, device)
+        return MapIterator(self, progress, generation, seq, source, device)
 
     def _check_seed_is_shared(self) -> None:
         world = sampling.current_world()[1]
@@ -202,16 +186,26 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
 
     # -- state ---------------------------------------------------------------------------------
 
-    def _state(self, dataset_state: Any, sampler_state: Any) -> LoaderState:
+    def _state(self) -> LoaderState:
         rank, world = sampling.current_world()
         progress = self._progress
+        sampler_state, sampler_epoch = None, None
+        if self._custom is not None:
+            sampler_state, sampler_epoch = self._custom.state(progress.epoch, progress.position,
+                                                              progress.started)
+        elif isinstance(self._user_sampler, sampling.BijectiveShuffleSampler):
+            sampler_state = self._user_sampler.state_dict()  # its seed; the loader keeps the epoch
+        dataset_state = None
+        if not self._is_iterable and is_stateful(self.dataset):
+            dataset_state = self.dataset.state_dict()
         return LoaderState(
             seed=self.seed, epoch=progress.epoch, position=progress.position,
             dataset_len=_len_or_none(self.dataset), batch_size=self.batch_size,
             drop_last=self.drop_last, shuffle=bool(self.shuffle) and not self._is_iterable,
-            sampler_len=(None if self._is_iterable or self._builtin_order else _len_or_none(
-                self._user_batch_sampler if self._user_batch_sampler is not None else self._user_sampler)),
-            sampler=sampler_state, dataset=dataset_state,
+            derivation=self._derivation,
+            sampler_len=(None if self._is_iterable or self._custom is None
+                         else _len_or_none(self._custom)),
+            sampler_epoch=sampler_epoch, sampler=sampler_state, dataset=dataset_state,
             iterable=None if progress.iterable is None else progress.iterable.copy(),
             saved_with={"num_workers": self.num_workers, "world_size": world})
 
@@ -227,18 +221,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             >>> sd["epoch"], sd["position"], sd["dataset_len"], sd["sampler"]
             (0, 0, 10, None)
         """
-        sampler = self._stateful_sampler
-        if sampler is None:
-            sampler_state = None
-        elif (self._indices is not None and self._indices.epoch == self._progress.epoch
-              and self._progress.started):
-            sampler_state = self._indices.sampler_state
-        else:
-            sampler_state = sampler.state_dict()
-        dataset_state = None
-        if not self._is_iterable and is_stateful(self.dataset):
-            dataset_state = self.dataset.state_dict()
-        return self._state(dataset_state, sampler_state).to_dict()
+        return self._state().to_dict()
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Make the next ``iter(loader)`` resume from ``state_dict`` (see :meth:`state_dict`).
@@ -264,31 +247,40 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             ValueError: load_state_dict: 'batch_size' is 3 in the state_dict but this loader has batch_size=2; build the loader with the arguments it was saved with
         """
         saved = LoaderState.from_dict(state_dict)
-        current = self._state(
-            dataset_state=(self.dataset.state_dict()
-                           if not self._is_iterable and is_stateful(self.dataset) else None),
-            sampler_state=self._stateful_sampler.state_dict() if self._stateful_sampler else None)
-        check_matches(saved, current)
-        if (not self._is_iterable and self._builtin_order and saved.position
-                and saved.position >= (saved.dataset_len or 0)):
-            raise ValueError(f"load_state_dict: 'position' is {saved.position} in the state_dict but "
-                             f"an epoch of this loader has {saved.dataset_len} samples; the state is "
-                             "corrupt or was saved for a different loader")
+        check_matches(saved, self._state())
+        if self._custom is not None:
+            self._custom.check(saved)
+        elif not self._is_iterable:
+            _check_position(saved)
         # validated: mutate
         self._workers.close()
-        if saved.sampler is not None:
-            self._stateful_sampler.load_state_dict(copy.deepcopy(saved.sampler))
+        if self._custom is not None:
+            self._custom.load(saved)
+        elif saved.sampler is not None:  # a BijectiveShuffleSampler's seed
+            self._user_sampler.load_state_dict(copy.deepcopy(saved.sampler))
         if saved.dataset is not None:
             self.dataset.load_state_dict(copy.deepcopy(saved.dataset))
         self.seed = saved.seed
+        self._derivation = saved.derivation
         self._seed_world = None
-        self._indices = None
         self._progress.load(saved.epoch, saved.position,
                             None if saved.iterable is None else saved.iterable.copy())
 
 
 #: torchdata's name for the same thing.
 StatefulDataLoader = DataLoader
+
+
+def _check_position(saved: LoaderState) -> None:
+    """A built-in order's position is at most the end of an epoch: ``dataset_len``, or less than
+    ``dataset_len + world_size`` when the last round of a distributed epoch was padded."""
+    n = saved.dataset_len or 0
+    world = saved.saved_with.get("world_size", 1)
+    limit = n + max(world if isinstance(world, int) and world > 0 else 1, 1) - 1 if n else 0
+    if saved.position > limit:
+        raise ValueError(f"load_state_dict: 'position' is {saved.position} in the state_dict but an "
+                         f"epoch of this loader has {n} samples; the state is corrupt or was saved "
+                         "for a different loader")
 
 
 def _len_or_none(dataset: Any) -> Optional[int]:

@@ -8,6 +8,7 @@ in order, from the main process or from the :class:`~seqloader.prefetcher.prefet
 
 from __future__ import annotations
 
+import signal
 import warnings
 from typing import Any, Optional
 
@@ -17,15 +18,37 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin
 from seqloader.loader.fetch import EpochBatches
 from seqloader.loader.progress import Progress
 from seqloader.loader.seeding import preserved_globals
-from seqloader.loader.workers import Workers
+from seqloader.prefetcher.prefetch import ItemTimeout, WorkerDied
 
-__all__ = ["MapIterator", "pin_device", "superseded_error"]
+__all__ = ["MapIterator", "pin_device", "superseded_error", "torch_worker_error"]
 
 
 def superseded_error() -> RuntimeError:
     """The error of an iterator whose loader was iterated again or loaded a state."""
     return RuntimeError("DataLoader: this iterator was superseded by a later iter(loader) or "
                         "load_state_dict(); iterate the loader again")
+
+
+def torch_worker_error(exc: RuntimeError, timeout: float, batch: int) -> RuntimeError:
+    """torch's message for a dead worker or a timeout (code matches on it), then seqloader's details.
+
+    Example:
+        >>> e = ItemTimeout("prefetch(...): timed out", seconds=5.0, item=3, worker_id=1, pid=42)
+        >>> str(torch_worker_error(e, 5, 3))
+        'DataLoader timed out after 5 seconds; seqloader: waiting for batch 3 from worker 1 (pid 42)'
+    """
+    if isinstance(exc, ItemTimeout):
+        who = f" from worker {exc.worker_id} (pid {exc.pid})" if exc.pid is not None else ""
+        return RuntimeError(f"DataLoader timed out after {timeout} seconds; seqloader: waiting for "
+                            f"batch {batch}{who}")
+    assert isinstance(exc, WorkerDied)
+    if exc.exitcode is not None and exc.exitcode < 0:
+        name = signal.strsignal(-exc.exitcode) or f"signal {-exc.exitcode}"
+        head = f"DataLoader worker (pid {exc.pid}) is killed by signal: {name}. "
+    else:
+        head = f"DataLoader worker (pid(s) {exc.pid}) exited unexpectedly. "
+    doing = f"while producing batch {exc.item}" if exc.item is not None else "while idle"
+    return RuntimeError(f"{head}seqloader: worker {exc.worker_id} (pid {exc.pid}) died {doing} ({exc})")
 
 
 def pin_device(loader: Any) -> Optional[str]:
@@ -46,16 +69,22 @@ def pin_device(loader: Any) -> Optional[str]:
 
 
 class MapIterator:
-    """Reads one epoch's batch sequence in order and advances the loader's progress."""
+    """Reads one epoch's batch sequence in order and advances the loader's progress.
 
-    def __init__(self, loader: Any, progress: Progress, generation: int, workers: Workers,
-                 seq: EpochBatches, source: Any, pin_device: Optional[str]):
-        self._loader = loader  # only kept alive: its finalizer would close the workers we read
+    A batch whose computation raises is consumed, as in torch: the error propagates, the progress
+    counts the batch as done and the next ``next()`` reads the following batch. After the last
+    batch the position is the end of the epoch; the following ``next()`` raises ``StopIteration``
+    and ends the epoch (a state saved in between resumes into that empty remainder).
+    """
+
+    def __init__(self, loader: Any, progress: Progress, generation: int, seq: EpochBatches,
+                 source: Any, pin_device: Optional[str]):
+        self._loader = loader  # kept alive: its finalizer closes the persistent workers we read
         self._progress = progress
         self._generation = generation
-        self._workers = workers
         self._seq = seq
-        self._source = source
+        self._source = source  # seq itself, or a Prefetch over it
+        self._owns_source = source is not seq and not loader._workers.is_persistent(source)
         self._pin_device = pin_device
         self._next = 0
         self._done = False
@@ -71,25 +100,36 @@ class MapIterator:
             raise StopIteration
         progress = self._progress
         if progress.superseded(self._generation):
-            self._done = True
+            self._finish()
             raise superseded_error()
         b, n = self._next, len(self._seq)
-        if b >= n:  # an empty epoch
-            self._done = True
+        if b >= n:  # the epoch is over (or was empty)
+            self._finish()
             progress.end_epoch()
             raise StopIteration
-        if self._source is self._seq:
-            with preserved_globals():
-                batch = self._seq[b]
-        else:
-            batch = self._source[b]
         self._next = b + 1
-        if b + 1 == n:
-            self._done = True
-            progress.end_epoch()
-            self._workers.drop_transient()
-        else:
+        try:
+            if self._source is self._seq:
+                with preserved_globals():
+                    batch = self._seq[b]
+            else:
+                try:
+                    batch = self._source[b]
+                except (WorkerDied, ItemTimeout) as exc:
+                    raise torch_worker_error(exc, self._loader.timeout, b) from exc
+        finally:  # a batch that raised is consumed too
             progress.advance(self._seq.end_position(b))
+            if b + 1 == n:
+                self._release()
         if self._pin_device is not None:
             batch = _pin(batch, self._pin_device)
         return batch
+
+    def _release(self) -> None:
+        """Close this iterator's own workers (not the loader's persistent ones)."""
+        if self._owns_source:
+            self._source.close()
+
+    def _finish(self) -> None:
+        self._done = True
+        self._release()

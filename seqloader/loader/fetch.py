@@ -22,7 +22,7 @@ from torch.utils.data import default_collate, default_convert
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 
 from seqloader.errors import annotate
-from seqloader.loader.seeding import seed_globals
+from seqloader.loader.seeding import DERIVATION, seed_globals
 from seqloader.loader.workers import worker_info_hidden
 from seqloader.sequences.base import LazySequence
 
@@ -49,12 +49,14 @@ class EpochBatches(LazySequence):
         (3, [10, 11, 12, 13], [18, 19])
     """
 
-    def __init__(self, dataset: Any, plan: Any, collate_fn: Callable, seed: int, epoch: int):
+    def __init__(self, dataset: Any, plan: Any, collate_fn: Callable, seed: int, epoch: int,
+                 derivation: int = DERIVATION):
         self._dataset = dataset
         self._plan = plan
         self._collate_fn = collate_fn
         self._seed = seed
         self._epoch = epoch
+        self._derivation = derivation
         self._auto_collation = not getattr(plan, "single", False)
 
     def __len__(self) -> int:
@@ -62,7 +64,7 @@ class EpochBatches(LazySequence):
 
     def _item(self, b: int) -> Any:
         key, indices = self._plan.batch(b)
-        seed_globals(self._seed, self._epoch, key)
+        seed_globals(self._seed, self._epoch, key, self._derivation)
         fetcher = _MapDatasetFetcher(self._dataset, self._auto_collation, identity, False)
         with annotate("DataLoader", key, batch=b, epoch=self._epoch):
             data = fetcher.fetch(indices)

@@ -128,13 +128,13 @@ _END = object()  # a private end marker: never a dataset item
 class _StreamGlobals:
     """At ``num_workers=0``: the stream's own global-RNG states, swapped in around each step."""
 
-    def __init__(self, seed: int, epoch: int):
-        self.seed, self.epoch, self.states = seed, epoch, None
+    def __init__(self, seed: int, epoch: int, derivation: int):
+        self.seed, self.epoch, self.derivation, self.states = seed, epoch, derivation, None
 
     def __enter__(self):
         self.caller = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
         if self.states is None:
-            seed_globals(self.seed, self.epoch, 0)
+            seed_globals(self.seed, self.epoch, 0, self.derivation)
         else:
             _set_globals(self.states)
 
@@ -174,7 +174,7 @@ class IterableIterator:
             worker_init_fn=_WorkerInit(loader.worker_init_fn) if nw else None,
             multiprocessing_context=loader.multiprocessing_context if nw else None, generator=g,
             prefetch_factor=loader.prefetch_factor, in_order=True)
-        self._globals = _StreamGlobals(loader.seed, progress.epoch) if nw == 0 else None
+        self._globals = _StreamGlobals(loader.seed, progress.epoch, loader._derivation) if nw == 0 else None
         self._it = iter(inner)
         self._done = False
         self._started = False
@@ -210,28 +210,28 @@ class IterableIterator:
             raise StopIteration
         if progress.superseded(self._generation):
             self._close()
+            self._done = True
             raise superseded_error()
-        # One batch of look-ahead: the epoch ends (and its counter advances) when its last batch
-        # is yielded, as for map-style datasets, so a state saved then starts the next epoch.
+        # One batch of look-ahead: when the last batch is yielded every stream is already marked
+        # exhausted, so a state saved then resumes into an empty rest of the epoch; the epoch
+        # ends (and its counter advances) at StopIteration, as for map-style datasets.
         out = self._pending if self._started else self._read()
         self._started = True
         if out is None:
             self._close()
+            self._done = True
             progress.end_epoch()
             raise StopIteration
         self._pending = self._read()
         progress.iterable.record(out.worker, out.batches, out.state)
         progress.advance(progress.position + 1)
-        if self._pending is None:
-            self._done = True
-            progress.end_epoch()
         batch = out.batch
         if self._pin_device is not None:
             batch = _pin(batch, self._pin_device)
         return batch
 
     def _close(self) -> None:
-        self._done = True
+        """Shut torch's inner iterator (and its workers) down; idempotent."""
         it, self._it = self._it, None
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()

@@ -29,7 +29,7 @@ import torch.utils.data
 
 from seqloader.errors import check_nonnegative_int
 from seqloader.permutation import FeistelPermutation
-from seqloader.loader.seeding import preserved_globals
+from seqloader.loader.seeding import DERIVATION, preserved_globals, torch_seed
 from seqloader.rng import check_seed, derive_seed
 
 __all__ = ["BijectiveShuffleSampler", "BatchListPlan", "OrderPlan", "current_world", "draw_seed",
@@ -73,7 +73,7 @@ def draw_seed(generator: Optional[torch.Generator] = None) -> int:
 
 
 @contextlib.contextmanager
-def sampler_globals(seed: int, epoch: int) -> Iterator[None]:
+def sampler_globals(seed: int, epoch: int, derivation: int = DERIVATION) -> Iterator[None]:
     """Seed ``random``, ``numpy.random`` and torch's generator from ``(seed, "sampler", epoch)``.
 
     The caller's states are restored on exit. The loader iterates a custom sampler inside this,
@@ -84,7 +84,7 @@ def sampler_globals(seed: int, epoch: int) -> Iterator[None]:
     with preserved_globals():
         random.seed(s)
         np.random.seed(s & 0xFFFFFFFF)
-        torch.default_generator.manual_seed(s)
+        torch.default_generator.manual_seed(torch_seed(s, derivation))
         yield
 
 
@@ -147,11 +147,14 @@ def materialise_order(sampler: Any) -> _Listed:
     return _Listed(list(iter(sampler)))
 
 
-def builtin_order(n: int, seed: int, epoch: int, shuffle: bool) -> Any:
-    """The order of a built-in sampler: ``range(n)`` or the numpy permutation of ``(seed, epoch)``."""
-    if shuffle:
+def builtin_order(n: int, seed: int, epoch: int, shuffle: bool, derivation: int = DERIVATION) -> Any:
+    """The order of a built-in sampler: ``range(n)``, or the shuffle of ``(seed, epoch)``: a Feistel
+    bijection (O(1) memory, O(1) seek), or for ``derivation=1`` states the numpy permutation."""
+    if not shuffle:
+        return _Range(n)
+    if derivation == 1:
         return _NumpyPermutation(n, derive_seed(seed, "shuffle", epoch))
-    return _Range(n)
+    return _Bijective(n, derive_seed(seed, "shuffle", epoch))
 
 
 # -- plans ---------------------------------------------------------------------------------------

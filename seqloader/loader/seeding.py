@@ -18,16 +18,34 @@ import torch
 
 from seqloader.rng import derive_seed
 
-__all__ = ["preserved_globals", "seed_globals"]
+__all__ = ["DERIVATION", "preserved_globals", "seed_globals", "torch_seed"]
+
+#: How ``(seed, epoch, position)`` turn into the epoch's order and the global-RNG seeds; saved in
+#: the loader's state (``"derivation"``) so that a state resumes with the scheme it was saved
+#: with. 1 (seqloader 0.1): a numpy permutation per epoch, torch seeded with the full 64-bit
+#: seed. 2: a Feistel bijection per epoch (O(1) memory and seek), torch seeded with the top 63
+#: bits, so ``torch.initial_seed()`` fits a signed 64-bit int as it does under torch's loader.
+DERIVATION = 2
 
 
-def seed_globals(seed: int, epoch: int, index: int) -> int:
+def torch_seed(s: int, derivation: int = DERIVATION) -> int:
+    """The seed given to torch's generator for the derived 64-bit seed ``s``.
+
+    Example:
+        >>> torch_seed(2**64 - 1, derivation=1), torch_seed(2**64 - 1) < 2**63
+        (18446744073709551615, True)
+    """
+    return s if derivation == 1 else s >> 1
+
+
+def seed_globals(seed: int, epoch: int, index: int, derivation: int = DERIVATION) -> int:
     """Seed ``random``, ``numpy.random`` and torch's default CPU generator for item ``index``.
 
     Args:
         seed: the pipeline's seed, an int in ``[0, 2**64)``.
         epoch: the epoch, ``>= 0``.
         index: the item (or batch) position, ``>= 0``.
+        derivation: see :data:`DERIVATION`.
 
     Returns:
         The derived 64-bit seed (``derive_seed(seed, "batch_globals", epoch, index)``).
@@ -43,7 +61,7 @@ def seed_globals(seed: int, epoch: int, index: int) -> int:
     # Same stream as torch.manual_seed(s) on the CPU, without its accelerator hooks: those cost
     # about 1 ms per call on a CPU-only build and would reseed CUDA generators that
     # preserved_globals does not restore.
-    torch.default_generator.manual_seed(s)
+    torch.default_generator.manual_seed(torch_seed(s, derivation))
     return s
 
 

@@ -2,12 +2,20 @@
 
 A state is a small dict of JSON types (see ``docs/design.md``, "Loader state: format and versions")::
 
-    {"format": "seqloader.DataLoader", "version": 1, "seed": 1234, "epoch": 2,
+    {"format": "seqloader.DataLoader", "version": 2, "seed": 1234, "epoch": 2,
      "position": 40960, "dataset_len": 50000, "batch_size": 64, "drop_last": False,
-     "shuffle": True, "sampler_len": None, "sampler": None, "dataset": None, "iterable": None,
+     "shuffle": True, "derivation": 2, "sampler_len": None, "sampler_epoch": None,
+     "sampler": None, "dataset": None, "iterable": None,
      "saved_with": {"num_workers": 4, "world_size": 8}}
 
-``position`` counts samples of the epoch's *global* order already yielded (all ranks together).
+``position`` counts samples of the epoch's *global* order already yielded (all ranks together);
+after the last batch of an epoch (before ``StopIteration``) it is the epoch's end, and a resumed
+iterator yields nothing more of that epoch. ``derivation`` names how ``(seed, epoch, position)``
+turn into the order and the global-RNG seeds (``seqloader/loader/seeding.py``); a loaded state
+keeps its own, so version-1 states (derivation 1) resume exactly as seqloader 0.1 would have.
+``sampler_epoch`` is the ``epoch`` attribute of a custom sampler with ``set_epoch`` (such as a
+``DistributedSampler``) when the epoch's indices were read, so the resumed epoch reads the same
+order whether the framework calls ``set_epoch`` before or after ``iter()``.
 ``sampler_len`` is ``len()`` of a custom ``sampler``/``batch_sampler`` (``None`` for the built-in
 orders or a sampler without ``__len__``): a custom sampler's positions mean something only for the
 same sampler, so a different length (say a ``DistributedSampler`` under another world size) is
@@ -34,15 +42,22 @@ __all__ = ["FORMAT", "VERSION", "KEYS", "IterableState", "LoaderState", "check_m
 #: The value of the ``"format"`` key.
 FORMAT = "seqloader.DataLoader"
 #: The current version; bumped whenever the meaning of a key changes.
-VERSION = 1
+VERSION = 2
+#: The derivations of orders and seeds a state may name (``seqloader/loader/seeding.py``).
+DERIVATIONS = (1, 2)
 #: The keys of a version-:data:`VERSION` state, in order.
 KEYS = ("format", "version", "seed", "epoch", "position", "dataset_len", "batch_size", "drop_last",
-        "shuffle", "sampler_len", "sampler", "dataset", "iterable", "saved_with")
+        "shuffle", "derivation", "sampler_len", "sampler_epoch", "sampler", "dataset", "iterable",
+        "saved_with")
 
 _STAGE = "load_state_dict"
 
 #: ``_MIGRATIONS[v]`` turns a version-``v`` dict into a version-``v + 1`` dict (a new dict).
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    # 1 -> 2: the derivation of orders and seeds became a key (version 1 meant derivation 1); the
+    # epoch of a set_epoch sampler is saved (unknown for version 1). Meanings are otherwise kept.
+    1: lambda d: {**d, "version": 2, "derivation": 1, "sampler_epoch": None},
+}
 
 
 def is_stateful(obj: Any) -> bool:
@@ -152,7 +167,9 @@ class LoaderState:
     batch_size: Optional[int]
     drop_last: bool
     shuffle: bool
+    derivation: int = 2
     sampler_len: Optional[int] = None
+    sampler_epoch: Optional[int] = None
     sampler: Any = None
     dataset: Any = None
     iterable: Optional[IterableState] = None
@@ -164,7 +181,8 @@ class LoaderState:
             "format": FORMAT, "version": VERSION, "seed": self.seed, "epoch": self.epoch,
             "position": self.position, "dataset_len": self.dataset_len,
             "batch_size": self.batch_size, "drop_last": self.drop_last, "shuffle": self.shuffle,
-            "sampler_len": self.sampler_len, "sampler": self.sampler, "dataset": self.dataset,
+            "derivation": self.derivation, "sampler_len": self.sampler_len,
+            "sampler_epoch": self.sampler_epoch, "sampler": self.sampler, "dataset": self.dataset,
             "iterable": None if self.iterable is None else self.iterable.to_dict(),
             "saved_with": dict(self.saved_with),
         }
@@ -205,13 +223,18 @@ class LoaderState:
                "batch_size", d["batch_size"], "None or a positive int")
         _check(d["sampler_len"] is None or _is_int(d["sampler_len"]) and d["sampler_len"] >= 0,
                "sampler_len", d["sampler_len"], "None or a non-negative int")
+        _check(d["sampler_epoch"] is None or _is_int(d["sampler_epoch"]),
+               "sampler_epoch", d["sampler_epoch"], "None or an int")
+        _check(d["derivation"] in DERIVATIONS and _is_int(d["derivation"]), "derivation",
+               d["derivation"], f"one of {list(DERIVATIONS)}")
         for key in ("drop_last", "shuffle"):
             _check(isinstance(d[key], bool), key, d[key], "a bool")
         _check(isinstance(d["saved_with"], dict), "saved_with", d["saved_with"], "a dict")
         iterable = None if d["iterable"] is None else IterableState.from_dict(d["iterable"])
         return cls(seed=d["seed"], epoch=d["epoch"], position=d["position"],
                    dataset_len=d["dataset_len"], batch_size=d["batch_size"],
-                   drop_last=d["drop_last"], shuffle=d["shuffle"], sampler_len=d["sampler_len"],
+                   drop_last=d["drop_last"], shuffle=d["shuffle"], derivation=d["derivation"],
+                   sampler_len=d["sampler_len"], sampler_epoch=d["sampler_epoch"],
                    sampler=d["sampler"],
                    dataset=d["dataset"], iterable=iterable, saved_with=dict(d["saved_with"]))
 

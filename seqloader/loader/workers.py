@@ -94,31 +94,34 @@ def worker_base_seed(seed: int, epoch: int) -> int:
 
 
 class Workers:
-    """The loader's ``Prefetch`` over worker processes: opened per epoch or kept (persistent)."""
+    """Where a loader's worker processes come from, and the persistent ones it keeps.
+
+    Without ``persistent_workers`` every iterator gets a new ``Prefetch`` that only the iterator
+    references: it is closed at the end of the epoch, and its processes exit when the iterator is
+    dropped (``break``, an exception, gc), as torch's workers do. With ``persistent_workers`` the
+    loader keeps one ``Prefetch`` and re-targets it at each epoch's batches.
+    """
 
     def __init__(self) -> None:
-        self.prefetch: Optional[Prefetch] = None
-        self.persistent = False
+        self.prefetch: Optional[Prefetch] = None   # the persistent one, if any
 
     def open(self, loader: Any, seq: Any, epoch: int) -> Prefetch:
         """A ``Prefetch`` reading ``seq`` (the batches of ``epoch``) with ``loader``'s settings."""
-        if self.prefetch is not None and loader.persistent_workers and not self.prefetch.closed:
+        if self.prefetch is not None and not self.prefetch.closed:
             self.prefetch.reset(seq)
             return self.prefetch
-        self.close()
         setup = TorchWorkerSetup(loader.num_workers, worker_base_seed(loader.seed, epoch),
                                  loader.dataset, loader.worker_init_fn)
-        self.prefetch = prefetch(
-            seq, loader.num_workers, prefetch_factor=loader.prefetch_factor,
-            multiprocessing_context=loader.multiprocessing_context, worker_init_fn=setup,
-            timeout=loader.timeout, shared=loader.dataset)
-        self.persistent = loader.persistent_workers
-        return self.prefetch
+        pf = prefetch(seq, loader.num_workers, prefetch_factor=loader.prefetch_factor,
+                      multiprocessing_context=loader.multiprocessing_context, worker_init_fn=setup,
+                      timeout=loader.timeout, shared=loader.dataset)
+        if loader.persistent_workers:
+            self.prefetch = pf
+        return pf
 
-    def drop_transient(self) -> None:
-        """Close non-persistent workers (a new iterator starts its own)."""
-        if not self.persistent:
-            self.close()
+    def is_persistent(self, pf: Any) -> bool:
+        """Whether ``pf`` is the loader's persistent ``Prefetch`` (not an iterator's own)."""
+        return pf is self.prefetch
 
     def close(self) -> None:
         """Stop the workers, if any; idempotent."""

@@ -76,7 +76,6 @@ class Crew:
         self.pool = SlotPool(num_workers, keep=prefetch_factor + 1)
         self.closed = False
         self._owner_pid = os.getpid()  # a forked copy of this object must not stop our workers
-        self._rr = 0
         self._poll = select.poll()  # every result pipe and process sentinel
         self._by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
 
@@ -104,16 +103,10 @@ class Crew:
         """Wait up to ``timeout`` s for replies or exits: ``[(worker, is_exit), ...]``."""
         return [self._by_fd[fd] for fd, _ in self._poll.poll(int(timeout * 1000))]
 
-    def free_worker(self) -> WorkerHandle | None:
-        """The worker with the fewest pending jobs among those below ``prefetch_factor``."""
-        best = None
-        n = len(self.handles)
-        for k in range(n):
-            h = self.handles[(self._rr + k) % n]
-            if len(h.pending) < self.prefetch_factor and (best is None or len(h.pending) < len(best.pending)):
-                best = h
-        self._rr = (self._rr + 1) % n
-        return best
+    def worker_for(self, index: int) -> WorkerHandle | None:
+        """Worker ``index % num_workers`` (as torch assigns batches), if it has room for a job."""
+        h = self.handles[index % len(self.handles)]
+        return h if len(h.pending) < self.prefetch_factor else None
 
     def submit(self, h: WorkerHandle, gen: int, index: int) -> None:
         forgotten = self.pool.take_forgotten(h.worker_id)

@@ -1,7 +1,9 @@
 """``prefetch``: an ordered, seekable sequence whose items are computed ahead by worker processes.
 
 A :class:`Prefetch` is a :class:`~seqloader.sequences.base.LazySequence`: ``p[i]`` is ``seq[i]``,
-computed by one of ``num_workers`` long-lived processes. Reading item ``i`` keeps the items
+computed by worker ``i % num_workers`` of ``num_workers`` long-lived processes (the assignment
+torch's ``DataLoader`` makes, so item code that reads its worker id sees the same thing, and a
+worker may keep per-process state for the items it is given). Reading item ``i`` keeps the items
 ``i+1 .. i+num_workers*prefetch_factor`` in flight; reading any other item than the next one
 *re-targets* the workers there (the items in between are never computed, stale results are
 dropped). :meth:`Prefetch.reset` points the same workers at a new sequence with one small
@@ -25,13 +27,41 @@ from seqloader.prefetcher.shm import read_and_release
 from seqloader.prefetcher.worker import dumps_seq
 from seqloader.sequences.base import LazySequence
 
-__all__ = ["Prefetch", "prefetch"]
+__all__ = ["ItemTimeout", "Prefetch", "WorkerDied", "prefetch"]
 
 #: Longest single wait (seconds) before the reader re-checks that every worker is alive.
 STATUS_CHECK_INTERVAL = 5.0
 
 # NOTE: ownership of processes and shared memory, the messages, the liveness checks and the
 # shutdown protocol are described in the NOTE next to Crew.close() in crew.py.
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended (signal, ``os._exit``, crash) while the reader needed it.
+
+    Attributes:
+        worker_id, pid: which worker.
+        exitcode: its exit status (negative: killed by signal ``-exitcode``; ``None``: unknown).
+        item: the item it was producing, or ``None`` if it was idle.
+    """
+
+    def __init__(self, message: str, *, worker_id: int, pid: int, exitcode: int | None,
+                 item: int | None):
+        super().__init__(message)
+        self.worker_id, self.pid, self.exitcode, self.item = worker_id, pid, exitcode, item
+
+
+class ItemTimeout(RuntimeError):
+    """Waiting for one item took longer than ``timeout`` seconds; the ``Prefetch`` stays usable.
+
+    Attributes:
+        seconds: the timeout; item: the item waited for; worker_id, pid: its worker, if known.
+    """
+
+    def __init__(self, message: str, *, seconds: float, item: int, worker_id: int | None,
+                 pid: int | None):
+        super().__init__(message)
+        self.seconds, self.item, self.worker_id, self.pid = seconds, item, worker_id, pid
 
 
 class _RemoteTraceback(Exception):
@@ -207,8 +237,8 @@ class Prefetch(LazySequence):
         crew = self._crew
         limit = min(self._len, self._next_read + crew.num_workers * crew.prefetch_factor)
         while self._next_submit < limit:
-            h = crew.free_worker()
-            if h is None:
+            h = crew.worker_for(self._next_submit)
+            if h is None:  # in order: wait for that worker rather than skip ahead
                 return
             try:
                 crew.submit(h, self._gen, self._next_submit)
@@ -233,8 +263,10 @@ class Prefetch(LazySequence):
             if not events and deadline is not None and time.monotonic() >= deadline and i not in self._ready:
                 h = self._worker_of(i)
                 who = f" from worker {h.worker_id} (pid {h.pid})" if h is not None else ""
-                raise RuntimeError(f"{self!r}: timed out after {self._timeout} seconds waiting for item {i}{who}; "
-                                   "increase timeout= or look at what the worker is doing")
+                raise ItemTimeout(f"{self!r}: timed out after {self._timeout} seconds waiting for item {i}{who}; "
+                                  "increase timeout= or look at what the worker is doing",
+                                  seconds=self._timeout, item=i, worker_id=None if h is None else h.worker_id,
+                                  pid=None if h is None else h.pid)
 
     def _drain(self, h: WorkerHandle) -> None:
         while True:
@@ -270,9 +302,11 @@ class Prefetch(LazySequence):
         return None
 
     def _fail_dead(self, h: WorkerHandle, i: int) -> None:
-        what = f"while producing item {h.pending[0][1]}" if h.pending else f"while idle (reading item {i})"
+        item = h.pending[0][1] if h.pending else None
+        what = f"while producing item {item}" if item is not None else f"while idle (reading item {i})"
         msg = f"seqloader worker {h.worker_id} (pid {h.pid}) {h.exit_description()} {what}"
-        self._fail(msg, RuntimeError(f"{self!r}: {msg}"))
+        self._fail(msg, WorkerDied(f"{self!r}: {msg}", worker_id=h.worker_id, pid=h.pid,
+                                   exitcode=h.process.exitcode, item=item))
 
     def _fail(self, why: str, exc: BaseException) -> None:
         self._broken = why

@@ -11,7 +11,7 @@ import bisect
 import itertools
 import operator
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
@@ -19,12 +19,14 @@ from seqloader.errors import check_nonnegative_int
 from seqloader.permutation import FeistelPermutation
 from seqloader.rng import check_seed
 from seqloader.sequences._util import check_sequence, read
-from seqloader.sequences.base import IndexMap, LazySequence
+from seqloader.sequences.base import IndexMap, LazySequence, Positions
 
 __all__ = ["gather", "shuffle", "concatenate", "repeat"]
 
+T = TypeVar("T")
 
-def _as_indices(indices: Any, n: int) -> np.ndarray:
+
+def _as_indices(indices: Any, n: int) -> Positions:
     """Validate ``indices`` against a parent of length ``n``; return them normalised, as int64."""
     if isinstance(indices, (str, bytes)) or not hasattr(indices, "__len__") and not isinstance(indices, np.ndarray):
         raise TypeError(f"gather: indices must be a 1-D array-like of ints (got {type(indices).__name__})")
@@ -51,12 +53,15 @@ def _as_indices(indices: Any, n: int) -> np.ndarray:
     return np.where(a < 0, a + n, a)
 
 
-class _Gather(IndexMap):
-    def __init__(self, seq: Sequence, indices: Any):
+class _Gather(IndexMap[T]):
+    _indices: Positions  # read-only int64 positions of the parent
+
+    def __init__(self, seq: Sequence[T], indices: Any):
         n = check_sequence("gather", "seq", seq)
         idx = _as_indices(indices, n)
         if isinstance(seq, _Gather):  # gather of gather folds into one
-            seq, idx = seq._parent, seq._indices[idx]
+            idx = seq._indices[idx]
+            seq = seq._parent
         idx.setflags(write=False)
         self._parent = seq
         self._indices = idx
@@ -67,14 +72,14 @@ class _Gather(IndexMap):
     def _source_index(self, i: int) -> int:
         return int(self._indices[i])
 
-    def _source_indices(self, idx: np.ndarray) -> np.ndarray:
+    def _source_indices(self, idx: Positions) -> Positions:
         return self._indices[idx]
 
     def __repr__(self) -> str:
         return f"gather(len={len(self._indices)})"
 
 
-def gather(seq: Sequence, indices: Any) -> LazySequence:
+def gather(seq: Sequence[T], indices: Any) -> LazySequence[T]:
     """The items of ``seq`` at ``indices``, in that order: item ``k`` is ``seq[indices[k]]``.
 
     Indices are checked once, here; negative ones count from the end, as for lists. A gather of
@@ -103,8 +108,8 @@ def gather(seq: Sequence, indices: Any) -> LazySequence:
     return _Gather(seq, indices)
 
 
-class _Shuffle(IndexMap):
-    def __init__(self, seq: Sequence, seed: int):
+class _Shuffle(IndexMap[T]):
+    def __init__(self, seq: Sequence[T], seed: int):
         n = check_sequence("shuffle", "seq", seq)
         self._seed = check_seed("shuffle", seed)
         self._parent = seq
@@ -116,14 +121,14 @@ class _Shuffle(IndexMap):
     def _source_index(self, i: int) -> int:
         return self._perm.index(i)
 
-    def _source_indices(self, idx: np.ndarray) -> np.ndarray:
+    def _source_indices(self, idx: Positions) -> Positions:
         return self._perm(idx).view(np.int64)
 
     def __repr__(self) -> str:
         return f"shuffle(len={len(self._perm)}, seed={self._seed})"
 
 
-def shuffle(seq: Sequence, seed: int) -> LazySequence:
+def shuffle(seq: Sequence[T], seed: int) -> LazySequence[T]:
     """A pseudo-random permutation of ``seq`` determined by ``(len(seq), seed)``, in O(1) memory.
 
     Item ``i`` is ``seq[p(i)]`` with ``p`` a keyed Feistel permutation
@@ -155,8 +160,8 @@ def shuffle(seq: Sequence, seed: int) -> LazySequence:
     return _Shuffle(seq, seed)
 
 
-class _Concatenate(LazySequence):
-    def __init__(self, seqs: Iterable[Sequence]):
+class _Concatenate(LazySequence[T]):
+    def __init__(self, seqs: Iterable[Sequence[T]]):
         if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__iter__"):
             raise TypeError(f"concatenate: seqs must be an iterable of sequences (got {type(seqs).__name__})")
         seqs = list(seqs)
@@ -170,12 +175,12 @@ class _Concatenate(LazySequence):
     def __len__(self) -> int:
         return self._len
 
-    def _item(self, i: int) -> Any:
+    def _item(self, i: int) -> T:
         k = bisect.bisect_right(self._ends, i)       # the first part ending after i
         start = self._ends[k - 1] if k else 0
         return read(self._seqs[k], i - start)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[T]:
         for s in self._seqs:
             yield from s
 
@@ -183,7 +188,7 @@ class _Concatenate(LazySequence):
         return f"concatenate({len(self._seqs)} seqs, len={self._len})"
 
 
-def concatenate(seqs: Iterable[Sequence]) -> LazySequence:
+def concatenate(seqs: Iterable[Sequence[T]]) -> LazySequence[T]:
     """The items of each sequence in ``seqs``, one sequence after the other.
 
     Args:
@@ -206,8 +211,8 @@ def concatenate(seqs: Iterable[Sequence]) -> LazySequence:
     return _Concatenate(seqs)
 
 
-class _Repeat(IndexMap):
-    def __init__(self, seq: Sequence, times: int):
+class _Repeat(IndexMap[T]):
+    def __init__(self, seq: Sequence[T], times: int):
         n = check_sequence("repeat", "seq", seq)
         self._times = check_nonnegative_int("repeat", "times", times)
         if n * self._times > sys.maxsize:
@@ -222,14 +227,14 @@ class _Repeat(IndexMap):
     def _source_index(self, i: int) -> int:
         return i % self._n
 
-    def _source_indices(self, idx: np.ndarray) -> np.ndarray:
+    def _source_indices(self, idx: Positions) -> Positions:
         return np.asarray(idx, dtype=np.int64) % self._n
 
     def __repr__(self) -> str:
         return f"repeat(times={self._times}, len={self._len})"
 
 
-def repeat(seq: Sequence, times: int) -> LazySequence:
+def repeat(seq: Sequence[T], times: int) -> LazySequence[T]:
     """``seq`` repeated ``times`` times, like ``list(seq) * times`` but lazy.
 
     Args:

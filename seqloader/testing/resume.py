@@ -86,7 +86,8 @@ def assert_resumes_exactly(make_loader: Callable[[int], Any], stops: Iterable[in
         make_loader: builds a fresh loader for a ``num_workers``; with ``spawn=True`` it must be a
             module-level function (it is pickled into a fresh process).
         stops: numbers of batches yielded before saving (negative counts from the end; the
-            state after the last batch is the end-of-epoch state).
+            state after the last batch, taken before ``StopIteration``, resumes into an empty
+            rest of that epoch).
         workers: the ``num_workers`` values used for saving and for loading.
         spawn: also resume the first stop in a fresh ``spawn`` process from a JSON file.
 
@@ -121,20 +122,15 @@ def assert_resumes_exactly(make_loader: Callable[[int], Any], stops: Iterable[in
         k = stops[0] % (n + 1)
         got_rest, got_next = resume_in_spawned_process(make_loader, runs[workers[-1]][2][k],
                                                        workers[-1])
-        want_rest, want_next = (base0[k:], base1) if k < n else (base1, None)
-        assert_batches_equal(got_rest, want_rest, f"spawned process, stop {k}: rest of the epoch")
-        if want_next is not None:
-            assert_batches_equal(got_next, want_next, f"spawned process, stop {k}: next epoch")
+        assert_batches_equal(got_rest, base0[k:], f"spawned process, stop {k}: rest of the epoch")
+        assert_batches_equal(got_next, base1, f"spawned process, stop {k}: next epoch")
 
 
 def _check_resumed(loader, k: int, n: int, base0: list, base1: list, what: str) -> None:
     """After ``k`` of ``n`` batches: the rest of epoch 0, then epoch 1. The state after the last
-    batch is already at the start of epoch 1 (the epoch advances when its last batch is yielded)."""
-    if k < n:
-        assert_batches_equal(list(loader), base0[k:], f"{what}: rest of the epoch")
-        assert_batches_equal(list(loader), base1, f"{what}: next epoch")
-    else:
-        assert_batches_equal(list(loader), base1, f"{what}: (end-of-epoch state) next epoch")
+    batch (before ``StopIteration``) resumes into an empty rest of epoch 0, as in torchdata."""
+    assert_batches_equal(list(loader), base0[k:], f"{what}: rest of the epoch")
+    assert_batches_equal(list(loader), base1, f"{what}: next epoch")
 
 
 def _child(make_loader, state_path: str, num_workers: int, out_path: str) -> None:

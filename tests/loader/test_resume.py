@@ -127,7 +127,8 @@ def test_resumes_in_a_fresh_spawned_process():
 
 
 def test_classic_break_after_three_batches():
-    """list(range(15)), batch_size=5, shuffle: stop after three batches, resume the next epoch."""
+    """list(range(15)), batch_size=5, shuffle: stop after the last of three batches (before
+    StopIteration): the resumed loader finishes that epoch with nothing, then reads the next."""
     def make():
         return DataLoader(list(range(15)), batch_size=5, shuffle=True, seed=0)
 
@@ -140,10 +141,10 @@ def test_classic_break_after_three_batches():
         if i == 2:
             sd = json_round_trip(loader.state_dict())
             break
-    assert seen == epochs[0] and (sd["epoch"], sd["position"]) == (1, 0)
+    assert seen == epochs[0] and (sd["epoch"], sd["position"]) == (0, 15)
     resumed = make()
     resumed.load_state_dict(sd)
-    assert [[b.tolist() for b in resumed] for _ in range(2)] == epochs[1:]
+    assert [[b.tolist() for b in resumed] for _ in range(3)] == [[]] + epochs[1:]
     # stopping after one batch resumes the remaining two
     loader = make()
     next(iter(loader))
@@ -327,8 +328,10 @@ def test_distributed_ranks_shard_the_global_order_and_resume(monkeypatch, drop_l
         loader = run(r)
         next(iter(loader))
         sd = loader.state_dict()
-        assert sd["position"] == (0 if drop_last else bs * world)  # 0: the epoch is over
-        assert_batches_equal(list(run(r, sd)), e0[1:] if len(e0) > 1 else e1, f"rank {r}")
+        assert sd["position"] == bs * world  # with drop_last, the end of the (one-batch) epoch
+        resumed = run(r, sd)
+        assert_batches_equal(list(resumed), e0[1:], f"rank {r}")
+        assert_batches_equal(list(resumed), e1, f"rank {r}, next epoch")
     items = [int(x) for r in range(world) for b in per_rank[r] for x in b]
     if drop_last:  # 11 // 3 = 3 per rank, batches of 2: one full batch each
         assert len(items) == world * 2 and len(set(items)) == len(items)
@@ -409,8 +412,8 @@ def test_property_resume_from_every_step(n, bs, drop_last, shuffle, world, data)
         for k, sd in enumerate(states, start=1):
             resumed = make()
             resumed.load_state_dict(sd)
-            want = e0[k:] if k < len(e0) else e1
-            assert_batches_equal(list(resumed), want, f"stop {k}")
+            assert_batches_equal(list(resumed), e0[k:], f"stop {k}")  # empty after the last batch
+            assert_batches_equal(list(resumed), e1, f"stop {k}, next epoch")
         if world == 1 and bs is not None:
             items = [int(x) for b in e0 for x in b]
             assert len(set(items)) == len(items) and (drop_last or sorted(items) == list(range(n)))

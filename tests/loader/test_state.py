@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from torch.utils.data import Sampler
 
 from seqloader import BijectiveShuffleSampler, DataLoader
@@ -21,9 +22,11 @@ def make(**kw):
 
 
 def states_over_an_epoch(loader):
+    """The state before the epoch, after each batch, and after StopIteration."""
     out = [loader.state_dict()]
     for _ in loader:
         out.append(loader.state_dict())
+    out.append(loader.state_dict())
     return out
 
 
@@ -36,13 +39,16 @@ def test_json_small_and_same_keys_and_types_before_mid_and_after(kw):
         assert len(json.dumps(sd).encode()) < 1024
         assert {k: type(v) for k, v in sd.items()} == {k: type(v) for k, v in states[0].items()}
     assert [(s["epoch"], s["position"]) for s in states][:2] == [(0, 0), (0, 4 if kw.get("batch_size", 4) else 1)]
-    assert (states[-1]["epoch"], states[-1]["position"]) == (1, 0)
+    end = 8 if kw.get("drop_last") else 10
+    assert (states[-2]["epoch"], states[-2]["position"]) == (0, end)  # after the last batch
+    assert (states[-1]["epoch"], states[-1]["position"]) == (1, 0)    # after StopIteration
 
 
 def test_state_values():
     sd = make().state_dict()
-    assert sd == {"format": "seqloader.DataLoader", "version": 1, "seed": 3, "epoch": 0, "position": 0,
-                  "dataset_len": 10, "batch_size": 4, "drop_last": False, "shuffle": True, "sampler_len": None,
+    assert sd == {"format": "seqloader.DataLoader", "version": 2, "seed": 3, "epoch": 0, "position": 0,
+                  "dataset_len": 10, "batch_size": 4, "drop_last": False, "shuffle": True,
+                  "derivation": 2, "sampler_len": None, "sampler_epoch": None,
                   "sampler": None, "dataset": None, "iterable": None,
                   "saved_with": {"num_workers": 0, "world_size": 1}}
 
@@ -65,7 +71,9 @@ def test_saved_with_is_ignored_and_the_seed_comes_from_the_state():
     ("shuffle", False, "'shuffle' is False in the state_dict but this loader has shuffle=True"),
     ("sampler", {"x": 1}, "'sampler' holds a state in the state_dict but this loader's sampler has no state"),
     ("format", "torchdata", "unknown format 'torchdata'"),
-    ("version", 2, "version 2, newer than this seqloader's version 1"),
+    ("version", 3, "version 3, newer than this seqloader's version 2"),
+    ("derivation", 3, "'derivation' must be one of \\[1, 2\\]"),
+    ("sampler_epoch", "1", "'sampler_epoch' must be None or an int"),
     ("version", "1", "'version' must be a positive int"),
     ("epoch", -1, "'epoch' must be a non-negative int \\(got -1\\)"),
     ("position", 1.5, "'position' must be a non-negative int"),
@@ -73,7 +81,7 @@ def test_saved_with_is_ignored_and_the_seed_comes_from_the_state():
     ("drop_last", 0, "'drop_last' must be a bool"),
     ("iterable", {"workers": []}, "'iterable' must be None or a dict"),
     ("extra", 1, "unknown keys \\['extra'\\]"),
-    ("position", 10, "'position' is 10 in the state_dict but an epoch of this loader has 10 samples"),
+    ("position", 11, "'position' is 11 in the state_dict but an epoch of this loader has 10 samples"),
 ])
 def test_mismatch_or_malformed_raises_and_leaves_the_loader_untouched(key, value, match):
     loader = make()
@@ -106,12 +114,20 @@ def test_migrations_upgrade_one_version_at_a_time(monkeypatch):
             return dict(d, version=v + 1, position=d["position"] + 1)
         return migrate
 
-    sd = make().state_dict()
+    sd = {**make().state_dict(), "version": 1}
     monkeypatch.setattr(state_mod, "VERSION", 3)
     monkeypatch.setitem(state_mod._MIGRATIONS, 1, step(1))
     monkeypatch.setitem(state_mod._MIGRATIONS, 2, step(2))
     assert LoaderState.from_dict(sd).position == 2 and calls == [1, 2]
     assert state_mod._MIGRATIONS is not None
+
+
+def test_the_real_migration_from_version_1_keeps_every_meaning_and_names_derivation_1():
+    v2 = make().state_dict()
+    v1 = {k: v for k, v in v2.items() if k not in ("derivation", "sampler_epoch")}
+    v1["version"] = 1
+    migrated = LoaderState.from_dict(v1).to_dict()
+    assert migrated == {**v2, "derivation": 1, "sampler_epoch": None}
 
 
 def test_stateful_sampler_substate_is_verbatim():
@@ -173,3 +189,62 @@ def test_a_custom_sampler_of_another_length_is_refused():
     same = loader(2)
     same.load_state_dict(sd)
     assert [b.tolist() for b in same] == [b.tolist() for b in it]
+
+
+class _Augmented(torch.utils.data.Dataset):
+    """Item ``i`` and a draw from torch's global RNG (seeded per batch by the loader)."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return torch.tensor([i, int(torch.randint(0, 1000, ()))])
+
+
+#: Written by seqloader 0.1 (commit 1c5827e) for DataLoader(_Augmented(), batch_size=3,
+#: shuffle=True, seed=7) after one batch, with the batches 0.1 yielded after it: the rest of the
+#: epoch and the next epoch (shuffled order and torch draws both came from derivation 1).
+V1_STATE = {"format": "seqloader.DataLoader", "version": 1, "seed": 7, "epoch": 0, "position": 3,
+            "dataset_len": 12, "batch_size": 3, "drop_last": False, "shuffle": True, "sampler_len": None,
+            "sampler": None, "dataset": None, "iterable": None,
+            "saved_with": {"num_workers": 0, "world_size": 1}}
+V1_REST = [[[1, 105], [6, 61], [2, 17]], [[8, 623], [9, 358], [0, 0]], [[7, 434], [11, 609], [5, 401]]]
+V1_NEXT = [[[8, 988], [6, 734], [11, 212]], [[1, 338], [10, 758], [3, 430]], [[4, 788], [9, 515], [0, 321]],
+           [[7, 116], [2, 611], [5, 206]]]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_version_1_state_resumes_exactly_as_seqloader_0_1_did(num_workers):
+    loader = DataLoader(_Augmented(), batch_size=3, shuffle=True, seed=7, num_workers=num_workers)
+    loader.load_state_dict(V1_STATE)
+    assert loader.state_dict()["derivation"] == 1 and loader.state_dict()["version"] == 2
+    assert [b.tolist() for b in loader] == V1_REST
+    assert [b.tolist() for b in loader] == V1_NEXT  # later epochs keep the state's derivation
+
+
+def test_new_states_use_derivation_2_whose_torch_seeds_fit_a_signed_64_bit_int():
+    class Seeds(torch.utils.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            return torch.tensor(torch.initial_seed())  # raises on overflow past 2**63 - 1
+
+    seeds = torch.cat(list(DataLoader(Seeds(), batch_size=1, shuffle=True, seed=2**64 - 1)))
+    assert len(set(seeds.tolist())) == 64
+
+
+#: shuffle=True, seed=0, epoch 0 of range(10) under derivation 2 (a Feistel bijection keyed by
+#: derive_seed(0, "shuffle", 0)); changing it means a new derivation and a state version bump.
+GOLDEN_ORDER = [3, 4, 7, 2, 8, 6, 5, 0, 9, 1]
+
+
+def test_the_default_shuffle_is_the_o1_bijection_pinned():
+    loader = DataLoader(list(range(10)), batch_size=None, shuffle=True, seed=0)
+    assert [int(x) for x in loader] == GOLDEN_ORDER
+
+
+def test_derivation_constants_agree():
+    from seqloader.loader.seeding import DERIVATION
+    from seqloader.loader.state import DERIVATIONS, LoaderState
+    assert DERIVATION == max(DERIVATIONS) == LoaderState(0, 0, 0, 1, 1, False, False).derivation

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import functools
 import gc
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import psutil
@@ -209,21 +209,27 @@ def test_workers_exit_on_their_own_when_the_reader_is_killed():
     assert not alive
 
 
-def _slow_item(i):
-    time.sleep(0.5 if i >= 2 else 0)
+def _interrupt_reader_once(marker, i):
+    """Item 2 sends Ctrl-C to the reader (once, whichever worker computes it) and never returns in
+    time: the reader is certainly still waiting for it when the signal arrives."""
+    if i == 2:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return i
+        os.kill(os.getppid(), signal.SIGINT)
+        time.sleep(60)
     return i
 
 
-def test_keyboard_interrupt_in_the_reader_then_gc_leaves_nothing():
-    p = prefetch(sl.smap(_slow_item, range(10)), num_workers=2, prefetch_factor=1)
+def test_keyboard_interrupt_in_the_reader_then_gc_leaves_nothing(tmp_path):
+    item = functools.partial(_interrupt_reader_once, str(tmp_path / "interrupted"))
+    p = prefetch(sl.smap(item, range(10)), num_workers=2, prefetch_factor=1)
     assert p[0] == 0
-    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
     with pytest.raises(KeyboardInterrupt):
         list(p)
-    timer.join()
     assert p[1] == 1  # still usable
-    del p
+    del p  # close() stops the worker still sleeping in item 2 (SIGTERM after the join deadline)
     gc.collect()
 
 

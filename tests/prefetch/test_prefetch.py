@@ -297,3 +297,21 @@ def test_reset_with_an_unpicklable_sequence_is_a_type_error_and_changes_nothing(
         assert len(p) == 5 and p[1] == 1
 
 
+
+
+class WorkerIds:
+    """Item ``i`` is ``(i, pid)``; slow enough that several workers take part."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return i, os.getpid()
+
+
+def test_item_i_is_computed_by_worker_i_mod_num_workers_like_torch():
+    with prefetch(WorkerIds(), num_workers=3, prefetch_factor=2) as p:
+        got = list(p)
+        p[5], p[4]  # a seek keeps the assignment
+        pids = [h.pid for h in p._crew.handles]
+    assert [pid for _, pid in got] == [pids[i % 3] for i in range(24)]
