@@ -5,7 +5,8 @@ per epoch, composes lazy sequences instead of forking torch's iterator: the epoc
 (``loader/sampling.py``) -> fetch + collate (``loader/fetch.py``) -> ``Prefetch`` over worker
 processes (``loader/workers.py``, ``num_workers > 0``) -> pin memory (``loader/epoch.py``).
 Resuming is a seek: the order is rebuilt from ``(seed, epoch)`` and read from ``position``.
-``IterableDataset`` s run on torch's own machinery (``loader/iterable.py``).
+An ``IterableDataset`` is read as one stream per worker, round-robin, on the same workers
+(``loader/iterable.py``).
 
 Epochs: the first ``iter(loader)`` reads epoch 0. The epoch counter advances when the last batch
 of an epoch is yielded (or when an iterator finds its epoch empty), and also when ``iter()`` is
@@ -59,9 +60,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             at the start of each epoch; if it has ``state_dict``/``load_state_dict`` its state
             from the start of the epoch is saved. :class:`~seqloader.BijectiveShuffleSampler` is
             read in O(1) per batch. Batches are always yielded in order (``in_order=False`` is
-            accepted and changes nothing). An ``IterableDataset`` runs on torch's own workers,
-            which restart every epoch (``persistent_workers`` does not keep them); it resumes
-            only with the same ``num_workers``.
+            accepted and changes nothing). An ``IterableDataset`` is read as one stream per
+            worker, round-robin like torch, on seqloader's workers (kept across epochs with
+            ``persistent_workers``); it resumes from each stream's state, with the same
+            ``num_workers`` only.
         snapshot_every_n_steps: accepted for torchdata compatibility and kept as an attribute;
             it changes nothing, since every ``state_dict()`` is exact at no per-step cost.
         seed: an int in ``[0, 2**64)``; ``None`` draws one from ``generator`` (torch's default
@@ -112,7 +114,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self._user_batch_sampler = batch_sampler
         self._custom = None if self._builtin_order else CustomOrder(sampler, batch_sampler)
         self._derivation = DERIVATION  # a loaded state brings its own (see loader/seeding.py)
-        self._progress = Progress(max(1, num_workers) if self._is_iterable else None)
+        self._progress = (Progress(max(1, num_workers), carry=persistent_workers or num_workers == 0)
+                          if self._is_iterable else Progress())
         self._workers = Workers()  # persistent workers (kept across epochs); others live in iterators
         weakref.finalize(self, self._workers.close)
 

@@ -1,17 +1,23 @@
-"""``IterableDataset`` s: torch's own worker machinery, plus per-worker resume state.
+"""``IterableDataset`` s on seqloader's own workers: one stream per worker, read round-robin.
 
-Each worker (or the main process at ``num_workers=0``) iterates its own copy of the dataset, as
-in torch. :class:`_Streams` wraps that copy: it batches and collates inside the worker and yields
-:class:`_Out` records ``(batch, worker, batches, state)`` where ``state`` is the dataset's own
-``state_dict()`` after the batch (if it has one). torch's ``DataLoader(_Streams(...),
-batch_size=None, ...)`` runs the workers and takes their outputs round-robin; the loader strips
-the records and keeps the latest ``(batches, state)`` per worker and which worker is next.
+Each worker (or the main process at ``num_workers=0``) iterates its own copy of the dataset, as in
+torch, and ``get_worker_info()`` is torch's, so a dataset that shards itself by worker id keeps
+working. :class:`StreamBatches` makes that an index-addressable sequence for the prefetcher:
+batch ``i`` of the epoch is the next batch of stream ``i % n`` (the prefetcher computes item ``i``
+in worker ``i % n``, torch's assignment), as a :class:`StreamItem` holding the batch and the
+stream's state after it. A stream that has ended answers its turns with an ``ended`` item, which
+the iterator skips (torch's round-robin skips an exhausted worker the same way); the epoch ends
+when every stream has ended. Because batch ``i`` is a function of the streams' states, the resume
+state is ``position`` (the next ``i``) plus each stream's latest state; see
+:class:`~seqloader.loader.state.IterableState`.
 
-Resume: each worker's dataset copy gets ``load_state_dict(state)``, or, for a dataset without
-one, skips the ``batches`` it had yielded (a replay: a warning says so). Workers before the next
-one in the round-robin first yield a placeholder the loader discards, so the batches continue in
-the order of the uninterrupted run. A worker whose stream ended stays ended. Worker processes are
-started for every epoch (``persistent_workers`` does not keep them for iterable datasets).
+Stream state protocol (torchdata's): a stream is resumed by ``dataset.load_state_dict(...)``, then
+``it = iter(dataset)``, then ``it.load_state_dict(...)`` when the iterator is a separate Stateful
+object (a dataset whose ``__iter__`` returns ``self`` saves and loads through the second one).
+States are taken in the worker right after the batch they belong to, once per batch, and only for
+datasets or iterators that have ``state_dict`` (others cost nothing). A stream without any state is
+resumed by replaying its batches (a logged warning says so). Global RNGs are seeded before each
+batch from ``(seed, epoch, i)``, so random draws in ``__iter__`` resume exactly too.
 """
 
 from __future__ import annotations
@@ -19,219 +25,236 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import random
-from typing import Any, Callable, Optional
+import sys
+from typing import Any, Callable, Iterator, Optional
 
-import numpy as np
-import torch
-import torch.utils.data
-from torch.utils.data._utils import worker as _torch_worker
+from torch.utils.data import default_collate, default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
-from seqloader.loader.epoch import superseded_error
-from seqloader.loader.fetch import identity
+from seqloader.errors import annotate
+from seqloader.loader.epoch import superseded_error, torch_worker_error
 from seqloader.loader.progress import Progress
-from seqloader.loader.seeding import seed_globals
-from seqloader.loader.state import IterableState, is_stateful
-from seqloader.rng import derive_seed
+from seqloader.loader.seeding import preserved_globals, seed_globals
+from seqloader.loader.state import is_stateful
+from seqloader.loader.workers import worker_info_hidden
+from seqloader.prefetcher.prefetch import ItemTimeout, WorkerDied
+from seqloader.sequences.base import LazySequence
 
-__all__ = ["IterableIterator"]
+__all__ = ["IterableIterator", "StreamBatches", "StreamItem"]
 
 _log = logging.getLogger("seqloader")
+_END = object()  # a private end marker: never a dataset item
+_TORCH_DEFAULTS = (default_collate, default_convert)
 
 
 @dataclasses.dataclass(frozen=True)
-class _Out:
-    """One record from a worker stream: a batch, or a placeholder (``skip``)."""
+class StreamItem:
+    """Batch ``batches`` of ``stream`` and the stream's state after it, or the stream's end."""
 
+    stream: int
     batch: Any
-    worker: int
     batches: int
     state: Any
-    skip: bool = False
-    exhausted: bool = False
+    ended: bool
 
 
-class _WorkerInit:
-    """In each worker: make ``get_worker_info().dataset`` the user's dataset, then the user's fn."""
+class _Stream:
+    """One stream's live iterator in this process (never pickled)."""
 
-    def __init__(self, fn: Optional[Callable[[int], None]]):
-        self.fn = fn
-
-    def __call__(self, worker_id: int) -> None:
-        info = torch.utils.data.get_worker_info()
-        _torch_worker._worker_info = dataclasses.replace(info, dataset=info.dataset.dataset)
-        if self.fn is not None:
-            self.fn(worker_id)
+    def __init__(self, it: Iterator[Any], batches: int, next_index: int, ended: bool, state: Any):
+        self.it, self.batches, self.next_index, self.ended, self.state = it, batches, next_index, ended, state
 
 
-class _Streams(torch.utils.data.IterableDataset):
-    """The user's ``IterableDataset``, batched and collated per worker; see the module docstring."""
+class StreamBatches(LazySequence):
+    """Batch ``i`` of an epoch over an ``IterableDataset`` read as ``streams`` round-robin streams.
 
-    def __init__(self, dataset, batch_size: Optional[int], drop_last: bool, collate_fn: Callable,
-                 resume: Optional[tuple], first_worker: int):
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.collate_fn = collate_fn
-        self.resume = resume
-        self.first_worker = first_worker
+    Unbounded in length: the streams end by themselves (see the module docstring). Holds, per
+    process, the live iterators of the streams it was asked for: read it in increasing ``i``.
 
-    def __iter__(self):
-        info = torch.utils.data.get_worker_info()
-        wid = 0 if info is None else info.id
-        ds = self.dataset
-        stateful = is_stateful(ds)
-        count, skip_items = 0, 0
-        if self.resume is not None:
-            w = self.resume[wid]
-            if w["exhausted"]:
-                return
-            count = w["batches"]
-            if w["state"] is not None:
-                ds.load_state_dict(copy.deepcopy(w["state"]))
-            else:
-                skip_items = count * (1 if self.batch_size is None else self.batch_size)
-        if wid < self.first_worker:
-            yield _Out(None, wid, count, None, skip=True)
+    Args:
+        dataset: the ``IterableDataset``.
+        streams: ``max(1, num_workers)``.
+        start: the first ``i`` read (a resume's position), ``resume``: the streams' saved entries
+            (``IterableState.workers``), or ``None`` to start every stream afresh.
+        batch_size, drop_last, collate_fn: as in torch's loader.
+        seed, epoch, derivation: the global-RNG seeding of each batch.
+
+    Example:
+        >>> import torch
+        >>> class Count(torch.utils.data.IterableDataset):
+        ...     def __iter__(self):
+        ...         return iter(range(5))
+        >>> seq = StreamBatches(Count(), 1, 0, None, 2, False, default_collate, seed=0, epoch=0)
+        >>> [(x.batch.tolist() if not x.ended else "end") for x in (seq[0], seq[1], seq[2], seq[3])]
+        [[0, 1], [2, 3], [4], 'end']
+    """
+
+    def __init__(self, dataset: Any, streams: int, start: int, resume: Optional[tuple],
+                 batch_size: Optional[int], drop_last: bool, collate_fn: Callable, seed: int,
+                 epoch: int, derivation: int = 2):
+        self._dataset, self._streams, self._start, self._resume = dataset, streams, start, resume
+        self._batch_size, self._drop_last, self._collate_fn = batch_size, drop_last, collate_fn
+        self._seed, self._epoch, self._derivation = seed, epoch, derivation
+        self._live: dict[int, _Stream] = {}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_live": {}}  # live iterators stay in their process
+
+    def __len__(self) -> int:
+        return sys.maxsize
+
+    def __repr__(self) -> str:
+        return f"stream_batches(dataset={type(self._dataset).__name__}, streams={self._streams}, epoch={self._epoch})"
+
+    def _open(self, w: int) -> _Stream:
+        first = self._start + (w - self._start) % self._streams
+        saved = None if self._resume is None else self._resume[w]
+        ds = self._dataset
+        state = None if saved is None else saved["state"]
+        if state is not None and state["dataset"] is not None:
+            ds.load_state_dict(copy.deepcopy(state["dataset"]))
         it = iter(ds)
-        for _ in range(skip_items):
-            if next(it, _END) is _END:
+        if state is not None and state["iterator"] is not None:
+            it.load_state_dict(copy.deepcopy(state["iterator"]))
+        batches = 0 if saved is None else saved["batches"]
+        stream = _Stream(it, batches, first, saved is not None and saved["exhausted"], state)
+        if saved is not None and state is None and batches and not stream.ended:
+            for _ in range(batches * (1 if self._batch_size is None else self._batch_size)):
+                if next(it, _END) is _END:
+                    break
+        if not stream.ended:
+            stream.state = self._capture(it)  # a state taken before the first batch is valid too
+        return stream
+
+    def stream(self, w: int) -> _Stream:
+        """Stream ``w``'s live iterator in this process, opened (``iter(dataset)``) on first use."""
+        stream = self._live.get(w)
+        if stream is None:
+            stream = self._live[w] = self._open(w)
+        return stream
+
+    def _item(self, i: int) -> StreamItem:
+        w = i % self._streams
+        stream = self.stream(w)
+        if stream.ended:
+            return StreamItem(w, None, stream.batches, stream.state, True)
+        if i != stream.next_index:
+            raise RuntimeError(f"{self!r}: stream {w} was asked for batch {i} but its next is "
+                               f"{stream.next_index}; stream batches are read in increasing order")
+        stream.next_index = i + self._streams
+        seed_globals(self._seed, self._epoch, i, self._derivation)
+        with annotate("DataLoader", i, batch=i, epoch=self._epoch):
+            items = self._take(stream.it)
+            if items is None:
+                stream.ended, stream.state = True, self._end_state()
+                return StreamItem(w, None, stream.batches, stream.state, True)
+            batch = self._collate(items)
+        stream.batches += 1
+        stream.state = self._capture(stream.it)
+        return StreamItem(w, batch, stream.batches, stream.state, False)
+
+    def _take(self, it: Iterator[Any]) -> Any:
+        """The next item (``batch_size=None``) or list of items, or ``None`` at the stream's end."""
+        if self._batch_size is None:
+            item = next(it, _END)
+            return None if item is _END else item
+        items = []
+        while len(items) < self._batch_size:
+            item = next(it, _END)
+            if item is _END:
                 break
-        while True:
-            if self.batch_size is None:
-                item = next(it, _END)
-                if item is _END:
-                    break
-                batch = self.collate_fn(item)
-            else:
-                items = []
-                while len(items) < self.batch_size:
-                    item = next(it, _END)
-                    if item is _END:
-                        break
-                    items.append(item)
-                if not items or (self.drop_last and len(items) < self.batch_size):
-                    break
-                batch = self.collate_fn(items)
-            count += 1
-            state = ds.state_dict() if stateful else None
-            if info is None and state is not None:
-                state = copy.deepcopy(state)  # same process: do not alias live objects
-            yield _Out(batch, wid, count, state)
-        yield _Out(None, wid, count, None, skip=True, exhausted=True)
+            items.append(item)
+        if not items or (self._drop_last and len(items) < self._batch_size):
+            return None
+        return items
 
+    def _collate(self, data: Any) -> Any:
+        if self._collate_fn in _TORCH_DEFAULTS:
+            with worker_info_hidden():  # plain memory: the prefetcher's slots carry it
+                return self._collate_fn(data)
+        return self._collate_fn(data)
 
-_END = object()  # a private end marker: never a dataset item
+    def _end_state(self) -> Any:
+        """An ended stream's state: only the dataset's, which is what a next epoch starts from
+        (it calls ``iter(dataset)`` again); a resume loads it before that ``iter``."""
+        ds = self._dataset
+        return {"dataset": copy.deepcopy(ds.state_dict()), "iterator": None} if is_stateful(ds) else None
 
-
-class _StreamGlobals:
-    """At ``num_workers=0``: the stream's own global-RNG states, swapped in around each step."""
-
-    def __init__(self, seed: int, epoch: int, derivation: int):
-        self.seed, self.epoch, self.derivation, self.states = seed, epoch, derivation, None
-
-    def __enter__(self):
-        self.caller = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
-        if self.states is None:
-            seed_globals(self.seed, self.epoch, 0, self.derivation)
-        else:
-            _set_globals(self.states)
-
-    def __exit__(self, *exc):
-        self.states = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
-        _set_globals(self.caller)
-        return False
-
-
-def _set_globals(states: tuple) -> None:
-    py, npy, th = states
-    random.setstate(py)
-    np.random.set_state(npy)
-    torch.random.set_rng_state(th)
+    def _capture(self, it: Any) -> Any:
+        ds = self._dataset
+        dataset_state = copy.deepcopy(ds.state_dict()) if it is not ds and is_stateful(ds) else None
+        iterator_state = copy.deepcopy(it.state_dict()) if is_stateful(it) else None
+        if dataset_state is None and iterator_state is None:
+            return None
+        return {"dataset": dataset_state, "iterator": iterator_state}
 
 
 class IterableIterator:
-    """One epoch over an ``IterableDataset``; updates the loader's progress and stream states."""
+    """One epoch over an ``IterableDataset``: reads :class:`StreamBatches`, skips ended turns,
+    records each stream's progress, and ends the epoch when every stream has ended."""
 
-    def __init__(self, loader, progress: Progress, generation: int, pin_device: Optional[str]):
-        self._progress = progress
-        self._generation = generation
-        self._pin_device = pin_device
-        saved: IterableState = progress.iterable
-        resume = tuple(saved.workers) if saved.started else None
-        if resume is not None and not is_stateful(loader.dataset) and any(w["batches"] for w in resume):
+    def __init__(self, loader: Any, progress: Progress, generation: int, pin_device: Optional[str]):
+        self._loader = loader  # kept alive: its finalizer closes the persistent workers we read
+        self._progress, self._generation, self._pin_device = progress, generation, pin_device
+        saved = progress.iterable
+        resume = tuple(saved.workers) if progress.resumed else None
+        if resume is not None and any(w["state"] is None and w["batches"] for w in resume):
             _log.warning("seqloader.DataLoader: %s has no state_dict/load_state_dict; resuming "
-                         "replays its stream (skips %d already yielded batches)",
+                         "replays its streams (skips %d already yielded batches)",
                          type(loader.dataset).__name__, sum(w["batches"] for w in resume))
-        streams = _Streams(loader.dataset, loader.batch_size, loader.drop_last, loader.collate_fn,
-                           resume, saved.next_worker if resume is not None else 0)
-        g = torch.Generator()
-        g.manual_seed(derive_seed(loader.seed, "worker", progress.epoch) % 2**63)
-        nw = loader.num_workers
-        inner = torch.utils.data.DataLoader(
-            streams, batch_size=None, num_workers=nw, collate_fn=identity, timeout=loader.timeout,
-            worker_init_fn=_WorkerInit(loader.worker_init_fn) if nw else None,
-            multiprocessing_context=loader.multiprocessing_context if nw else None, generator=g,
-            prefetch_factor=loader.prefetch_factor, in_order=True)
-        self._globals = _StreamGlobals(loader.seed, progress.epoch, loader._derivation) if nw == 0 else None
-        self._it = iter(inner)
+        self._seq = StreamBatches(loader.dataset, len(saved.workers), progress.position, resume,
+                                  loader.batch_size, loader.drop_last, loader.collate_fn, loader.seed,
+                                  progress.epoch, loader._derivation)
+        self._source: Any = self._seq
+        self._owns_source = False
+        if loader.num_workers == 0:  # like torch: iter(dataset) when the loader's iterator is made
+            stream = self._seq.stream(0)
+            if not stream.ended:
+                saved.record(0, stream.batches, stream.state)
+        else:
+            self._source = loader._workers.open(loader, self._seq, progress.epoch)
+            self._owns_source = not loader._workers.is_persistent(self._source)
+        self._ended = {w for w, s in enumerate(saved.workers) if s["exhausted"]}
         self._done = False
-        self._started = False
-        self._pending: Optional[_Out] = None
 
-    def __iter__(self):
+    def __iter__(self) -> "IterableIterator":
         return self
 
-    def _step(self) -> _Out:
-        if self._it is None:
-            raise StopIteration
-        if self._globals is None:
-            return next(self._it)
-        with self._globals:
-            return next(self._it)
+    def _read(self, i: int) -> StreamItem:
+        if self._source is self._seq:
+            with preserved_globals():
+                return self._seq[i]
+        try:
+            return self._source[i]
+        except (WorkerDied, ItemTimeout) as exc:
+            raise torch_worker_error(exc, self._loader.timeout, i) from exc
 
-    def _read(self) -> Optional[_Out]:
-        """The next batch record (placeholders skipped, ended streams noted), or ``None`` at the end."""
-        while True:
-            try:
-                out = self._step()
-            except StopIteration:
-                self._close()
-                return None
-            if out.exhausted:
-                self._progress.iterable.mark_exhausted(out.worker)
-            if not out.skip:
-                return out
-
-    def __next__(self):
-        progress = self._progress
+    def __next__(self) -> Any:
         if self._done:
             raise StopIteration
+        progress = self._progress
         if progress.superseded(self._generation):
-            self._close()
-            self._done = True
+            self._finish()
             raise superseded_error()
-        # One batch of look-ahead: when the last batch is yielded every stream is already marked
-        # exhausted, so a state saved then resumes into an empty rest of the epoch; the epoch
-        # ends (and its counter advances) at StopIteration, as for map-style datasets.
-        out = self._pending if self._started else self._read()
-        self._started = True
-        if out is None:
-            self._close()
-            self._done = True
-            progress.end_epoch()
-            raise StopIteration
-        self._pending = self._read()
-        progress.iterable.record(out.worker, out.batches, out.state)
-        progress.advance(progress.position + 1)
-        batch = out.batch
-        if self._pin_device is not None:
-            batch = _pin(batch, self._pin_device)
-        return batch
+        streams = progress.iterable
+        while len(self._ended) < len(streams.workers):
+            i = progress.position
+            try:
+                out = self._read(i)
+            finally:  # a batch that raised is consumed too
+                progress.advance(i + 1)
+            if out.ended:
+                self._ended.add(out.stream)
+                streams.mark_exhausted(out.stream, out.state)
+                continue
+            streams.record(out.stream, out.batches, out.state)
+            batch = out.batch
+            return batch if self._pin_device is None else _pin(batch, self._pin_device)
+        self._finish()
+        progress.end_epoch()
+        raise StopIteration
 
-    def _close(self) -> None:
-        """Shut torch's inner iterator (and its workers) down; idempotent."""
-        it, self._it = self._it, None
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
+    def _finish(self) -> None:
+        self._done = True
+        if self._owns_source:
+            self._source.close()

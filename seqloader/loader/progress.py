@@ -27,6 +27,8 @@ class Progress:
     Args:
         streams: for an ``IterableDataset``, the number of worker streams (``max(1, num_workers)``);
             ``None`` for a map-style dataset.
+        carry: the streams' dataset objects live on across epochs (persistent workers, or
+            ``num_workers=0``): a new epoch keeps each stream's latest state, for a resume.
 
     Example:
         >>> p = Progress()
@@ -38,10 +40,12 @@ class Progress:
         (0, 8)
     """
 
-    def __init__(self, streams: Optional[int] = None):
+    def __init__(self, streams: Optional[int] = None, carry: bool = False):
         self.epoch = 0
         self.position = 0              # samples of the epoch's global order already yielded
         self._streams = streams
+        self._carry = carry
+        self.resumed = False           # the current iterator began from a loaded state
         self.iterable: Optional[IterableState] = None if streams is None else IterableState.fresh(streams)
         self._generation = 0           # bumped by begin() and load(): older iterators stop
         self._started = False          # an iterator has begun the current (epoch, position)
@@ -49,6 +53,7 @@ class Progress:
 
     def begin(self) -> int:
         """Settle ``(epoch, position)`` for a new iterator; return the iterator's generation."""
+        self.resumed = self._resuming
         if self._resuming:
             self._resuming = False
         elif self._started:
@@ -71,7 +76,8 @@ class Progress:
         self.position = 0
         self._started = False
         if self._streams is not None:
-            self.iterable = IterableState.fresh(self._streams)
+            carried = self._carry and self.iterable is not None
+            self.iterable = self.iterable.carried() if carried else IterableState.fresh(self._streams)
 
     def load(self, epoch: int, position: int, iterable: Optional[IterableState] = None) -> None:
         """Resume from a loaded state at the next :meth:`begin`; live iterators are superseded."""

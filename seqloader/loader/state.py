@@ -53,11 +53,10 @@ KEYS = ("format", "version", "seed", "epoch", "position", "dataset_len", "batch_
 _STAGE = "load_state_dict"
 
 #: ``_MIGRATIONS[v]`` turns a version-``v`` dict into a version-``v + 1`` dict (a new dict).
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    # 1 -> 2: the derivation of orders and seeds became a key (version 1 meant derivation 1); the
-    # epoch of a set_epoch sampler is saved (unknown for version 1). Meanings are otherwise kept.
-    1: lambda d: {**d, "version": 2, "derivation": 1, "sampler_epoch": None},
-}
+#: 1 -> 2: the derivation of orders and seeds became a key (version 1 meant derivation 1); the epoch
+#: of a set_epoch sampler is saved (unknown for version 1); iterable streams are seqloader's own
+#: (version-1 iterable states cannot resume exactly and are refused). Other meanings are kept.
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
 def is_stateful(obj: Any) -> bool:
@@ -83,52 +82,63 @@ def _check(cond: bool, key: str, value: Any, expected: str) -> None:
 class IterableState:
     """Where each worker stream of an ``IterableDataset`` stands (mutable: iterators update it).
 
+    Batch ``i`` of an epoch is read from stream ``i % len(workers)`` (torch's round-robin); the
+    loader's ``position`` is the next ``i``. Each stream's ``state`` is
+    ``{"dataset": <dataset.state_dict()>, "iterator": <iter(dataset).state_dict()>}`` (either may
+    be ``None``; the iterator's when ``__iter__`` returns ``self``) taken after its latest batch,
+    or ``None`` when neither has a ``state_dict``.
+
     Attributes:
-        workers: one dict per worker stream (one stream at ``num_workers=0``), each
-            ``{"batches": int, "state": <dataset state_dict or None>, "exhausted": bool}``.
-        next_worker: the stream that yields the next batch (batches are taken round-robin).
+        workers: one dict per stream (one stream at ``num_workers=0``), each
+            ``{"batches": int, "state": dict or None, "exhausted": bool}``.
 
     Example:
-        >>> s = IterableState.fresh(2); s.record(0, batches=1, state={"i": 4}); s.to_dict()
-        {'workers': [{'batches': 1, 'state': {'i': 4}, 'exhausted': False}, {'batches': 0, 'state': None, 'exhausted': False}], 'next_worker': 1}
+        >>> s = IterableState.fresh(2); s.record(0, batches=1, state={"dataset": {"i": 4}, "iterator": None})
+        >>> s.to_dict()["workers"][0]
+        {'batches': 1, 'state': {'dataset': {'i': 4}, 'iterator': None}, 'exhausted': False}
         >>> IterableState.from_dict(s.to_dict()) == s, s.started
         (True, True)
     """
 
     workers: list[dict[str, Any]]
-    next_worker: int
 
     @classmethod
     def fresh(cls, streams: int) -> "IterableState":
         """The state before any batch of ``streams`` worker streams."""
-        return cls([{"batches": 0, "state": None, "exhausted": False} for _ in range(streams)], 0)
+        return cls([{"batches": 0, "state": None, "exhausted": False} for _ in range(streams)])
 
     @property
     def started(self) -> bool:
         """Whether any stream has yielded a batch or ended."""
-        return self.next_worker != 0 or any(w["batches"] or w["exhausted"] for w in self.workers)
+        return any(w["batches"] or w["exhausted"] for w in self.workers)
 
     def record(self, worker: int, batches: int, state: Any) -> None:
-        """Stream ``worker`` has yielded ``batches`` batches, after which its dataset state is ``state``."""
+        """Stream ``worker`` has yielded ``batches`` batches, after which its state is ``state``."""
         w = self.workers[worker]
         w["batches"], w["state"] = batches, state
-        self.next_worker = (worker + 1) % len(self.workers)
 
-    def mark_exhausted(self, worker: int) -> None:
-        """Stream ``worker`` has ended."""
-        self.workers[worker]["exhausted"] = True
+    def mark_exhausted(self, worker: int, state: Any) -> None:
+        """Stream ``worker`` has ended, its final state being ``state``."""
+        w = self.workers[worker]
+        w["exhausted"], w["state"] = True, state
+
+    def carried(self) -> "IterableState":
+        """The next epoch's start when the same dataset objects go on (persistent workers, or
+        ``num_workers=0``): no batch yet, each stream's latest state kept for a resume."""
+        return IterableState([{"batches": 0, "state": copy.deepcopy(w["state"]), "exhausted": False}
+                              for w in self.workers])
 
     def copy(self) -> "IterableState":
         """An independent copy (sub-states deep-copied)."""
-        return IterableState(copy.deepcopy(self.workers), self.next_worker)
+        return IterableState(copy.deepcopy(self.workers))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"workers": [dict(w) for w in self.workers], "next_worker": self.next_worker}
+        return {"workers": [dict(w) for w in self.workers]}
 
     @classmethod
     def from_dict(cls, d: Any) -> "IterableState":
-        _check(isinstance(d, dict) and set(d) == {"workers", "next_worker"}, "iterable", d,
-               "None or a dict with keys 'workers' and 'next_worker'")
+        _check(isinstance(d, dict) and set(d) == {"workers"}, "iterable", d,
+               "None or a dict with the key 'workers'")
         workers = d["workers"]
         _check(isinstance(workers, list) and len(workers) > 0, "iterable.workers", workers,
                "a non-empty list")
@@ -139,10 +149,18 @@ class IterableState:
                    w["batches"], "a non-negative int")
             _check(isinstance(w["exhausted"], bool), "iterable.workers[].exhausted", w["exhausted"],
                    "a bool")
-        nxt = d["next_worker"]
-        _check(_is_int(nxt) and 0 <= nxt < len(workers), "iterable.next_worker", nxt,
-               f"an int in [0, {len(workers)})")
-        return cls(copy.deepcopy(workers), nxt)
+            _check(w["state"] is None or isinstance(w["state"], dict) and set(w["state"]) == {"dataset", "iterator"},
+                   "iterable.workers[].state", w["state"], "None or a dict with keys 'dataset', 'iterator'")
+        return cls(copy.deepcopy(workers))
+
+
+def _migrate_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
+    if d.get("iterable") is not None:
+        raise ValueError(f"{_STAGE}: this version-1 state_dict was saved for an IterableDataset, which "
+                         "seqloader 0.1 read on torch's workers with other random streams and stream "
+                         "states; it cannot be resumed exactly by this version (restart the epoch, or "
+                         "finish it with seqloader 0.1)")
+    return {**d, "version": 2, "derivation": 1, "sampler_epoch": None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +175,7 @@ class LoaderState:
         True
         >>> LoaderState.from_dict({**d, "version": 99})
         Traceback (most recent call last):
-        ValueError: load_state_dict: this state_dict has version 99, newer than this seqloader's version 1; upgrade seqloader to load it
+        ValueError: load_state_dict: this state_dict has version 99, newer than this seqloader's version 2; upgrade seqloader to load it
     """
 
     seed: int
@@ -288,3 +306,6 @@ def check_matches(saved: LoaderState, current: LoaderState) -> None:
                          f"{cw} (num_workers={saved.saved_with.get('num_workers', '?')} when saved, "
                          f"num_workers={current.saved_with.get('num_workers', '?')} now); an "
                          "IterableDataset resumes only with the same num_workers")
+
+
+_MIGRATIONS[1] = _migrate_1_to_2

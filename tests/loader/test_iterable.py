@@ -94,7 +94,7 @@ def test_iterable_state_is_json_and_names_workers():
     next(it), next(it), next(it)
     sd = loader.state_dict()
     assert json_round_trip(sd) == sd
-    assert sd["iterable"]["next_worker"] == 1 and sd["position"] == 3
+    assert sd["position"] == 3  # the next batch comes from stream 3 % 2 = 1
     assert [w["batches"] for w in sd["iterable"]["workers"]] == [2, 1]
     assert sd["dataset"] is None and sd["saved_with"]["num_workers"] == 2
     del it

@@ -79,7 +79,8 @@ def test_saved_with_is_ignored_and_the_seed_comes_from_the_state():
     ("position", 1.5, "'position' must be a non-negative int"),
     ("seed", 2**64, "'seed' must be an int in \\[0, 2\\*\\*64\\)"),
     ("drop_last", 0, "'drop_last' must be a bool"),
-    ("iterable", {"workers": []}, "'iterable' must be None or a dict"),
+    ("iterable", {"workers": []}, "'iterable.workers' must be a non-empty list"),
+    ("iterable", {"workers": [], "next_worker": 0}, "'iterable' must be None or a dict with the key 'workers'"),
     ("extra", 1, "unknown keys \\['extra'\\]"),
     ("position", 11, "'position' is 11 in the state_dict but an epoch of this loader has 10 samples"),
 ])
