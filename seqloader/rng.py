@@ -24,7 +24,7 @@ import numpy as np
 
 from seqloader.errors import check_nonnegative_int
 
-__all__ = ["PURPOSES", "SEED_BOUND", "check_seed", "derive_seed", "item_rng"]
+__all__ = ["PURPOSES", "SEED_BOUND", "check_seed", "derive_seed", "hash_seed", "item_rng"]
 
 #: The streams seqloader draws from; the numbers are part of the state format (never renumber).
 PURPOSES = {
@@ -105,6 +105,37 @@ def _entropy(seed: int, purpose: str, position: list[int]) -> list[int]:
     for p in position:
         words += [p & 0xFFFFFFFF, p >> 32]
     return words
+
+
+_M64 = 2**64 - 1
+
+
+def _splitmix(x: int) -> int:
+    """The finaliser of splitmix64: a bijection of 64-bit ints that mixes every bit."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def hash_seed(seed: int, purpose: str, *position: int) -> int:
+    """A cheap 64-bit seed for ``purpose`` at ``position`` (~1 µs against ~13 µs for
+    :func:`derive_seed`), for seeds derived per batch. Arguments are not validated: callers pass
+    ints they already checked (``seed`` in ``[0, 2**64)``, non-negative positions below ``2**64``).
+
+    Each input is folded in by a splitmix64 step (``x = mix(x ^ v) + golden``), so every output
+    bit depends on every input bit; it is a hash, not an injection (two inputs collide with
+    probability about ``2**-64``).
+
+    Example:
+        >>> hash_seed(0, "batch_globals", 1, 256) == hash_seed(0, "batch_globals", 1, 256)
+        True
+        >>> len({hash_seed(0, "batch_globals", 0, k) for k in range(1000)})
+        1000
+    """
+    x = _splitmix((seed ^ (PURPOSES[purpose] << 56)) & _M64)
+    for p in position:
+        x = (_splitmix(x ^ p) + 0x9E3779B97F4A7C15) & _M64
+    return _splitmix(x)
 
 
 def item_rng(seed: int, index: int) -> np.random.Generator:

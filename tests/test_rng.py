@@ -112,3 +112,12 @@ def test_check_seed():
         check_seed("op", True)
     with pytest.raises(ValueError, match=re.escape("op: seed must be < 2**64 (got 18446744073709551616)")):
         check_seed("op", SEED_BOUND)
+
+
+def test_hash_seed_is_a_deterministic_64_bit_hash_distinct_across_positions_and_purposes():
+    from seqloader.rng import hash_seed
+
+    seeds = {hash_seed(s, "batch_globals", e, k) for s in (0, 2**64 - 1) for e in range(3) for k in range(0, 5000, 7)}
+    assert len(seeds) == 2 * 3 * len(range(0, 5000, 7)) and all(0 <= x < 2**64 for x in seeds)
+    assert hash_seed(1, "batch_globals", 0, 5) != hash_seed(1, "shuffle", 0, 5)
+    assert hash_seed(1, "batch_globals", 0, 5) == 0x3FB7B5658E82A629  # pinned: derivation 2 uses it

@@ -119,13 +119,41 @@ class _NumpyPermutation:
 
 
 class _Bijective:
-    """A :class:`~seqloader.permutation.FeistelPermutation`: O(1) memory, O(1) seek."""
+    """A :class:`~seqloader.permutation.FeistelPermutation`: O(1) memory, O(1) seek.
+
+    Caches the images of one *chunk*: the next :data:`CHUNK` positions of this process's stride
+    (``start, start + stride, ...``; the stride is ``world_size`` under sharding), so a batch of
+    256 costs one cached lookup instead of ~70 numpy operations (about 18 µs against 100 µs per
+    batch); a seek costs one chunk (a few hundred µs at any ``n``). The cache is per process and
+    is not pickled.
+    """
+
+    CHUNK = 4096
 
     def __init__(self, n: int, seed: int):
         self.n, self.perm = n, FeistelPermutation(n, seed)
+        self._chunk: Optional[tuple[int, int, np.ndarray]] = None  # (start, stride, images)
 
     def lookup(self, pos: np.ndarray) -> list:
+        if pos.size == 0:
+            return []
+        stride = int(pos[1] - pos[0]) if pos.size > 1 and pos[1] > pos[0] else 1
+        for _ in range(2):
+            if self._chunk is not None:
+                start, step, images = self._chunk
+                off = pos - start
+                k = off // step
+                if step == stride and off.min() >= 0 and k.max() < len(images) and not (off % step).any():
+                    return images[k].tolist()
+            if self._chunk is not None and self._chunk[0] == int(pos[0]):
+                break  # positions that do not fit a stride (a padded last round): direct
+            m = min(self.CHUNK, -(-(self.n - int(pos[0])) // stride))
+            grid = int(pos[0]) + stride * np.arange(m, dtype=np.int64)
+            self._chunk = (int(pos[0]), stride, self.perm(grid).astype(np.int64))
         return self.perm(pos).astype(np.int64).tolist()
+
+    def __getstate__(self):
+        return {"n": self.n, "perm": self.perm, "_chunk": None}
 
 
 class _Listed:
