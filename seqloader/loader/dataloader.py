@@ -17,6 +17,7 @@ called again after an unfinished epoch (like torch, every ``iter()`` is a new ep
 from __future__ import annotations
 
 import copy
+import os
 import weakref
 from typing import Any, Optional, TypeVar
 
@@ -31,6 +32,7 @@ from seqloader.loader.iterable import IterableIterator
 from seqloader.loader.progress import Progress
 from seqloader.loader.seeding import DERIVATION
 from seqloader.loader.state import LoaderState, check_matches, is_stateful
+from seqloader.loader.stats import LoaderStats
 from seqloader.loader.workers import Workers
 from seqloader.rng import check_seed
 
@@ -117,6 +119,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self._progress = (Progress(max(1, num_workers), carry=persistent_workers or num_workers == 0)
                           if self._is_iterable else Progress())
         self._workers = Workers()  # persistent workers (kept across epochs); others live in iterators
+        self._stats = LoaderStats()
         weakref.finalize(self, self._workers.close)
 
     # -- what is read --------------------------------------------------------------------------
@@ -163,6 +166,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         device = pin_device(self)
         progress = self._progress
         generation = progress.begin()
+        self._stats.begin(progress.epoch, progress.resumed)
         if self._is_iterable:
             return IterableIterator(self, progress, generation, device)
         epoch = progress.epoch
@@ -182,6 +186,42 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                 f"{self._seed_world}, but it now has world_size={world}, so the ranks may not "
                 "agree on the epoch order; build the loader after init_process_group, or pass "
                 "seed=, or load a state_dict")
+
+    def stats(self) -> dict:
+        """Where the time goes, for the current and the last epoch: is the loop waiting for data?
+
+        Returns:
+            ``{"current": {...} or None, "last": {...} or None, "resumes": int, "hint": str or
+            None}``. Each epoch entry has ``epoch``, ``batches``, ``wait_s`` (time inside
+            ``next()``), ``work_s`` (time between ``next()`` calls), ``input_bound`` (their
+            ratio: the fraction of wall time spent waiting), ``batches_per_s``, and, with
+            workers, ``workers`` (per worker ``busy_s`` and ``items``), ``ready_mean`` (batches
+            already computed when one was read) and ``shm_bytes``. ``hint`` suggests more
+            workers only when the loop is input-bound and every worker is busy.
+
+        Example:
+            >>> loader = DataLoader(range(8), batch_size=4, seed=0)
+            >>> _ = list(loader)
+            >>> s = loader.stats(); s["current"]["batches"], 0 <= s["current"]["input_bound"] <= 1
+            (2, True)
+        """
+        stats = self._stats
+        cur = stats.current
+        hint = None if cur is None else cur.hint(self.num_workers, os.cpu_count())
+        return {"current": None if cur is None else cur.as_dict(),
+                "last": None if stats.last is None else stats.last.as_dict(),
+                "resumes": stats.resumes, "hint": hint}
+
+    def log_stats(self, every_s: Optional[float]) -> None:
+        """Log a line on the ``seqloader.stats`` logger (INFO) at most every ``every_s`` seconds
+        while iterating (``None``: off, the default).
+
+        Example:
+            >>> loader = DataLoader(range(8), batch_size=4, seed=0); loader.log_stats(30.0)
+        """
+        if every_s is not None and not every_s > 0:
+            raise ValueError(f"DataLoader.log_stats: every_s must be > 0 or None (got {every_s!r})")
+        self._stats.log_every_s = every_s
 
     def _get_iterator(self):
         """torch's hook for a new iterator: ours (never torch's single/multi-process iterators)."""

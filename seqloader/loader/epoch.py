@@ -18,9 +18,10 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin
 from seqloader.loader.fetch import EpochBatches
 from seqloader.loader.progress import Progress
 from seqloader.loader.seeding import preserved_globals
+from seqloader.loader.stats import LoaderStats
 from seqloader.prefetcher.prefetch import ItemTimeout, WorkerDied
 
-__all__ = ["MapIterator", "pin_device", "superseded_error", "torch_worker_error"]
+__all__ = ["LoaderIterator", "MapIterator", "pin_device", "superseded_error", "torch_worker_error"]
 
 
 def superseded_error() -> RuntimeError:
@@ -68,7 +69,33 @@ def pin_device(loader: Any) -> Optional[str]:
     return acc.type
 
 
-class MapIterator:
+class LoaderIterator:
+    """What every loader iterator shares: ``iter`` is itself, and each ``next()`` is timed."""
+
+    _stats: LoaderStats
+
+    def __iter__(self) -> "LoaderIterator":
+        return self
+
+    def _next(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __next__(self) -> Any:
+        stats = self._stats
+        start = stats.start()
+        try:
+            batch = self._next()
+        except StopIteration:
+            stats.stopped()
+            raise
+        except BaseException:
+            stats.returned(start)  # a batch that raised was consumed
+            raise
+        stats.returned(start)
+        return batch
+
+
+class MapIterator(LoaderIterator):
     """Reads one epoch's batch sequence in order and advances the loader's progress.
 
     A batch whose computation raises is consumed, as in torch: the error propagates, the progress
@@ -80,34 +107,32 @@ class MapIterator:
     def __init__(self, loader: Any, progress: Progress, generation: int, seq: EpochBatches,
                  source: Any, pin_device: Optional[str]):
         self._loader = loader  # kept alive: its finalizer closes the persistent workers we read
+        self._stats = loader._stats
         self._progress = progress
         self._generation = generation
         self._seq = seq
         self._source = source  # seq itself, or a Prefetch over it
         self._owns_source = source is not seq and not loader._workers.is_persistent(source)
         self._pin_device = pin_device
-        self._next = 0
+        self._batch = 0
         self._done = False
-
-    def __iter__(self):
-        return self
 
     def __len__(self) -> int:
         return len(self._seq)
 
-    def __next__(self):
+    def _next(self) -> Any:
         if self._done:
             raise StopIteration
         progress = self._progress
         if progress.superseded(self._generation):
             self._finish()
             raise superseded_error()
-        b, n = self._next, len(self._seq)
+        b, n = self._batch, len(self._seq)
         if b >= n:  # the epoch is over (or was empty)
             self._finish()
             progress.end_epoch()
             raise StopIteration
-        self._next = b + 1
+        self._batch = b + 1
         try:
             if self._source is self._seq:
                 with preserved_globals():

@@ -32,7 +32,7 @@ from torch.utils.data import default_collate, default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
 from seqloader.errors import annotate
-from seqloader.loader.epoch import superseded_error, torch_worker_error
+from seqloader.loader.epoch import LoaderIterator, superseded_error, torch_worker_error
 from seqloader.loader.progress import Progress
 from seqloader.loader.seeding import preserved_globals, seed_globals
 from seqloader.loader.state import is_stateful
@@ -189,12 +189,13 @@ class StreamBatches(LazySequence):
         return {"dataset": dataset_state, "iterator": iterator_state}
 
 
-class IterableIterator:
+class IterableIterator(LoaderIterator):
     """One epoch over an ``IterableDataset``: reads :class:`StreamBatches`, skips ended turns,
     records each stream's progress, and ends the epoch when every stream has ended."""
 
     def __init__(self, loader: Any, progress: Progress, generation: int, pin_device: Optional[str]):
         self._loader = loader  # kept alive: its finalizer closes the persistent workers we read
+        self._stats = loader._stats
         self._progress, self._generation, self._pin_device = progress, generation, pin_device
         saved = progress.iterable
         resume = tuple(saved.workers) if progress.resumed else None
@@ -217,9 +218,6 @@ class IterableIterator:
         self._ended = {w for w, s in enumerate(saved.workers) if s["exhausted"]}
         self._done = False
 
-    def __iter__(self) -> "IterableIterator":
-        return self
-
     def _read(self, i: int) -> StreamItem:
         if self._source is self._seq:
             with preserved_globals():
@@ -229,7 +227,7 @@ class IterableIterator:
         except (WorkerDied, ItemTimeout) as exc:
             raise torch_worker_error(exc, self._loader.timeout, i) from exc
 
-    def __next__(self) -> Any:
+    def _next(self) -> Any:
         if self._done:
             raise StopIteration
         progress = self._progress

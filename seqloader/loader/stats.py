@@ -1,0 +1,134 @@
+"""L3: where a loader's time goes: is the training loop waiting for data?
+
+An iterator brackets each ``next()`` with :meth:`LoaderStats.start` and :meth:`LoaderStats.returned`
+(two ``perf_counter`` calls). The
+time spent inside ``next()`` is *waiting* (the loop is input-bound); the time from one ``next()``
+returning to the following call is the loop's own *work*. Their ratio is the input-bound fraction
+of the epoch's wall time. Worker-side numbers (busy time, items computed, read-ahead used, bytes
+through shared memory) come from the prefetcher when workers are used. Always on: the cost is a
+few hundred nanoseconds per batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Optional
+
+__all__ = ["EpochStats", "LoaderStats"]
+
+_log = logging.getLogger("seqloader.stats")
+
+
+@dataclasses.dataclass
+class EpochStats:
+    """The numbers of one epoch (or of the part of it read so far).
+
+    Attributes:
+        epoch: the loader's epoch counter.
+        batches: batches returned by ``next()`` (including ones that raised).
+        wait_s: seconds spent inside ``next()``: the loop waiting for data.
+        work_s: seconds between a ``next()`` returning and the following call: the loop's work.
+        workers: per worker ``{"busy_s", "items"}`` (empty at ``num_workers=0``).
+        ready_mean: the mean number of batches already computed when one was read (read-ahead used).
+        shm_bytes: bytes of results that came back through shared memory.
+    """
+
+    epoch: int
+    batches: int = 0
+    wait_s: float = 0.0
+    work_s: float = 0.0
+    workers: list = dataclasses.field(default_factory=list)
+    ready_mean: float = 0.0
+    shm_bytes: int = 0
+
+    @property
+    def input_bound(self) -> float:
+        """The fraction of wall time the loop spent waiting for data, in ``[0, 1]``."""
+        total = self.wait_s + self.work_s
+        return self.wait_s / total if total > 0 else 0.0
+
+    @property
+    def batches_per_s(self) -> float:
+        """Batches per second of wall time (waiting plus work)."""
+        total = self.wait_s + self.work_s
+        return self.batches / total if total > 0 else 0.0
+
+    def hint(self, num_workers: int, cores: Optional[int]) -> Optional[str]:
+        """A one-line suggestion, only when the numbers support it; else ``None``.
+
+        The loop must be input-bound (waiting >= 20% of the time) and every worker saturated
+        (busy >= 90% of the wall time); then more workers would help if cores are free.
+        """
+        total = self.wait_s + self.work_s
+        if self.batches < 10 or total <= 0 or self.input_bound < 0.2 or not self.workers:
+            return None
+        busy = min(w["busy_s"] for w in self.workers) / total
+        if busy < 0.9:
+            return None
+        want = int(num_workers / max(1e-9, 1 - self.input_bound) + 0.999)
+        if cores is not None and num_workers >= cores:
+            return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data and all "
+                    f"{num_workers} workers busy, with no idle core left: make the items cheaper")
+        want = want if cores is None else min(want, cores)
+        return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data and all "
+                f"{num_workers} workers busy; try num_workers={want}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON types, with the derived ``input_bound`` and ``batches_per_s``."""
+        return {**dataclasses.asdict(self), "input_bound": self.input_bound,
+                "batches_per_s": self.batches_per_s}
+
+
+class LoaderStats:
+    """The current and last epoch's :class:`EpochStats`, plus resumes and seeks.
+
+    Example:
+        >>> s = LoaderStats()
+        >>> s.begin(epoch=0)
+        >>> t = s.start(); s.returned(t)     # one next() that returned a batch
+        >>> s.current.batches, 0.0 <= s.current.input_bound <= 1.0
+        (1, True)
+    """
+
+    def __init__(self) -> None:
+        self.current: Optional[EpochStats] = None
+        self.last: Optional[EpochStats] = None
+        self.resumes = 0         # load_state_dict calls that an iterator then resumed
+        self.log_every_s: Optional[float] = None
+        self._returned: Optional[float] = None   # when the latest next() returned
+        self._logged = time.perf_counter()
+
+    def begin(self, epoch: int, resumed: bool = False) -> None:
+        """A new iterator: a new current epoch (the previous one becomes ``last``)."""
+        if self.current is not None and self.current.batches:
+            self.last = self.current
+        self.current = EpochStats(epoch)
+        self.resumes += int(resumed)
+        self._returned = None
+
+    def start(self) -> float:
+        """A ``next()`` begins: the time since the previous one returned was the loop's work."""
+        now = time.perf_counter()
+        if self._returned is not None:
+            self.current.work_s += now - self._returned
+        return now
+
+    def returned(self, start: float) -> None:
+        """The ``next()`` begun at ``start`` returned a batch (or raised: the batch is consumed)."""
+        self._count(self.current, start)
+
+    def stopped(self) -> None:
+        """The ``next()`` raised ``StopIteration``: the epoch is over."""
+        self._returned = None
+
+    def _count(self, cur: EpochStats, start: float) -> None:
+        end = time.perf_counter()
+        cur.wait_s += end - start
+        cur.batches += 1
+        self._returned = end
+        if self.log_every_s is not None and end - self._logged >= self.log_every_s:
+            self._logged = end
+            _log.info("seqloader: epoch %d, %d batches, %.1f batches/s, input-bound %.0f%%",
+                      cur.epoch, cur.batches, cur.batches_per_s, 100 * cur.input_bound)
