@@ -189,7 +189,8 @@ def train(args: argparse.Namespace, phase: str, workdir: Path) -> dict[str, Any]
     bar.close()
     elapsed = time.perf_counter() - start
     return {"steps": steps, "samples_per_s": samples / elapsed if elapsed else float("nan"),
-            "load_state_dict_s": timings.get("load_state_dict_s"), "first_batch_s": timings.get("first_batch_s")}
+            "load_state_dict_s": timings.get("load_state_dict_s"), "first_batch_s": timings.get("first_batch_s"),
+            "stats": loader.stats()}
 
 
 def _process_group_alive(pgid: int) -> bool:
@@ -252,6 +253,7 @@ def run_demo(args: argparse.Namespace) -> bool:
         ref = train(args, "reference", workdir)
         print(f"  throughput: {ref['samples_per_s']:.0f} samples/s"
               + (" (worker start-up included)" if args.workers else ""))
+        print("  " + _input_bound_line(ref["stats"]))
 
         print(f"[2/3] the same run in a subprocess that checkpoints after {args.steps_before_crash} "
               f"of {n_batches} batches and then crashes (os._exit)")
@@ -300,6 +302,14 @@ def run_demo(args: argparse.Namespace) -> bool:
         return False
     print("PASS: the crashed and resumed run saw the same batches and losses as the uninterrupted run")
     return True
+
+
+def _input_bound_line(stats: dict) -> str:
+    """What ``loader.stats()`` says about the run: is the training loop waiting for data?"""
+    cur = stats["current"]
+    line = (f"input-bound: {cur['input_bound']:.0%} of wall time waiting for data "
+            f"({cur['wait_s']:.2f} s in next(), {cur['work_s']:.2f} s training; loader.stats())")
+    return line + (f"; hint: {stats['hint']}" if stats["hint"] else "")
 
 
 def _compare(interrupted: list, reference: list) -> list[str]:
