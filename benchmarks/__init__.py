@@ -8,9 +8,13 @@ Run them from a checkout of the repository (the folder that holds ``benchmarks/`
 Each workload runs seqloader and torch on the same dataset, batch size and number of workers in
 the same process and returns :class:`~benchmarks.common.Row` objects; ``ratio`` is seqloader's
 throughput over torch's (time-to-first-batch rows: torch's time over seqloader's, so higher is
-better in every row). :data:`WORKLOADS` maps each name to its function ``(Options) -> rows``:
-``benchmarks.prefetch`` holds the bare ``seqloader.prefetch`` workloads, ``benchmarks.loader`` the
-``seqloader.DataLoader`` ones, and ``benchmarks.common`` what they share.
+better in every row; rows without a torch counterpart have none). :data:`WORKLOADS` maps each
+name to its function ``(Options) -> rows``: ``benchmarks.prefetch`` holds the bare
+``seqloader.prefetch`` workloads, ``benchmarks.loader`` the ``seqloader.DataLoader`` ones on
+map-style datasets, ``benchmarks.iterable`` those on an ``IterableDataset``,
+``benchmarks.features`` those of ``in_order=False`` and ``stats()``, ``benchmarks.scale`` the costs
+that should stay flat in the dataset's size (resume, ``mix``), and ``benchmarks.common`` what they
+share.
 """
 
 from __future__ import annotations
@@ -18,13 +22,17 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from benchmarks.common import Options, Row, format_rows
+from benchmarks.features import FEATURE_WORKLOADS
+from benchmarks.iterable import ITERABLE_WORKLOADS
 from benchmarks.loader import LOADER_WORKLOADS
 from benchmarks.prefetch import PREFETCH_WORKLOADS
+from benchmarks.scale import SCALE_WORKLOADS
 
 __all__ = ["Options", "Row", "WORKLOADS", "format_rows", "run"]
 
 #: Workload name -> function(Options) -> rows, in the order ``python -m benchmarks`` runs them.
-WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {**PREFETCH_WORKLOADS, **LOADER_WORKLOADS}
+WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
+    **PREFETCH_WORKLOADS, **LOADER_WORKLOADS, **ITERABLE_WORKLOADS, **FEATURE_WORKLOADS, **SCALE_WORKLOADS}
 
 
 def run(names: Iterable[str], opts: Options) -> list[Row]:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
-__all__ = ["CpuDataset", "ImageDataset", "IntDataset", "Options", "Row", "best_of", "first_batch_seconds",
-           "format_rows", "mb_per_s"]
+__all__ = ["CpuDataset", "ImageDataset", "IntDataset", "Options", "Row", "best_of", "epoch_seconds",
+           "first_batch_seconds", "format_rows", "mb_per_s", "per_call_seconds", "size_label"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,10 +26,11 @@ class Options:
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One measurement: ``value`` in ``unit`` (higher is better unless unit is ``s``).
+    """One measurement: ``value`` in ``unit`` (higher is better unless unit is ``s``, ``µs`` or ``%``).
 
     ``ratio`` compares the row with torch's on the same workload, oriented so that higher is
-    better: throughput over torch's, or torch's seconds over these.
+    better: throughput over torch's, or torch's seconds over these; ``None`` where torch has no
+    counterpart. ``notes`` is free text for what the columns cannot say.
     """
 
     workload: str
@@ -39,6 +40,7 @@ class Row:
     unit: str
     mb_per_s: float | None = None
     ratio: float | None = None
+    notes: str = ""
 
 
 # --------------------------------------------------------------------------- datasets
@@ -100,6 +102,15 @@ def best_of(repeat: int, runs: dict[str, Callable[[], float]]) -> dict[str, floa
     return best
 
 
+def epoch_seconds(cls: Callable[..., Iterable[object]], dataset, batch_size: int, num_workers: int, **kwargs) -> float:
+    """Seconds to build ``cls(dataset, batch_size=..., num_workers=..., **kwargs)`` and read one epoch
+    (workers, if any, start and stop inside the timing)."""
+    t0 = time.perf_counter()
+    for _ in cls(dataset, batch_size=batch_size, num_workers=num_workers, **kwargs):
+        pass
+    return time.perf_counter() - t0
+
+
 def first_batch_seconds(make: Callable[[], object]) -> float:
     """Seconds to build a loader with ``make()`` and take its first batch."""
     t0 = time.perf_counter()
@@ -113,6 +124,25 @@ def mb_per_s(n: int, item_bytes: int | None, seconds: float) -> float | None:
     return None if item_bytes is None else n * item_bytes / seconds / 1e6
 
 
+def per_call_seconds(f: Callable[[int], object], calls: int) -> float:
+    """Mean seconds of ``f(i)`` over ``i = 0 .. calls - 1`` (for calls far below a millisecond)."""
+    t0 = time.perf_counter()
+    for i in range(calls):
+        f(i)
+    return (time.perf_counter() - t0) / calls
+
+
+def size_label(n: int) -> str:
+    """``n`` as ``10**k`` when it is a power of ten, else with thousands separators.
+
+    Example:
+        >>> size_label(10**8), size_label(1), size_label(2_000)
+        ('10**8', '10**0', '2,000')
+    """
+    k = len(str(n)) - 1
+    return f"10**{k}" if n == 10**k else f"{n:,}"
+
+
 # --------------------------------------------------------------------------- output
 
 
@@ -120,22 +150,29 @@ def _fmt(x: float | None, spec: str) -> str:
     return "" if x is None else format(x, spec)
 
 
+#: Units whose values are shown with 4 significant digits (the others are rounded to integers).
+_PRECISE_UNITS = ("s", "µs", "%")
+
+
 def format_rows(rows: list[Row], markdown: bool) -> str:
     """Rows as aligned text or a markdown table.
 
     Example:
-        >>> print(format_rows([Row("tiny", "torch", 2, 1234.4, "samples/s")], markdown=True))
-        | workload | loader | workers | value | unit | MB/s | ratio |
-        |---|---|---|---|---|---|---|
-        | tiny | torch | 2 | 1,234 | samples/s |  |  |
+        >>> print(format_rows([Row("tiny", "torch", 2, 1234.4, "samples/s"),
+        ...                    Row("mix", "seqloader", 0, 12.345, "µs", notes="no torch counterpart")], markdown=True))
+        | workload | loader | workers | value | unit | MB/s | ratio | notes |
+        |---|---|---|---|---|---|---|---|
+        | tiny | torch | 2 | 1,234 | samples/s |  |  |  |
+        | mix | seqloader | 0 | 12.35 | µs |  |  | no torch counterpart |
         >>> print(format_rows([], markdown=False))
-        workload  loader  workers  value  unit  MB/s  ratio
+        workload  loader  workers  value  unit  MB/s  ratio  notes
     """
-    head = ["workload", "loader", "workers", "value", "unit", "MB/s", "ratio"]
-    body = [[r.workload, r.loader, str(r.num_workers), _fmt(r.value, ".4g" if r.unit == "s" else ",.0f"), r.unit,
-             _fmt(r.mb_per_s, ",.0f"), _fmt(r.ratio, ".2f") + ("x" if r.ratio is not None else "")] for r in rows]
+    head = ["workload", "loader", "workers", "value", "unit", "MB/s", "ratio", "notes"]
+    body = [[r.workload, r.loader, str(r.num_workers), _fmt(r.value, ".4g" if r.unit in _PRECISE_UNITS else ",.0f"),
+             r.unit, _fmt(r.mb_per_s, ",.0f"), _fmt(r.ratio, ".2f") + ("x" if r.ratio is not None else ""), r.notes]
+            for r in rows]
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    return "\n".join("  ".join(x.ljust(w) for x, w in zip(line, widths)) for line in [head, *body])
+    return "\n".join("  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *body])

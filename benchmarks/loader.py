@@ -19,7 +19,8 @@ from typing import Callable
 
 import torch.utils.data
 
-from benchmarks.common import ImageDataset, IntDataset, Options, Row, best_of, first_batch_seconds, mb_per_s
+from benchmarks.common import (ImageDataset, IntDataset, Options, Row, best_of, epoch_seconds, first_batch_seconds,
+                               mb_per_s)
 from seqloader import DataLoader
 
 __all__ = ["LOADER_WORKLOADS", "loader_images", "loader_tiny", "resume_latency", "state_size"]
@@ -90,13 +91,6 @@ def state_size(opts: Options) -> list[Row]:
     return [Row("state_size", "seqloader", 0, float(size), "bytes")]
 
 
-def _epoch_seconds(cls, ds, batch_size: int, num_workers: int) -> float:
-    t0 = time.perf_counter()
-    for _ in cls(ds, batch_size=batch_size, shuffle=True, num_workers=num_workers):
-        pass
-    return time.perf_counter() - t0
-
-
 def _loader_compare(name: str, ds, batch_size: int, workers: tuple[int, ...], opts: Options,
                     item_bytes: int | None = None) -> list[Row]:
     """Throughput of ``seqloader.DataLoader`` vs torch's ``DataLoader`` (shuffled, same arguments)."""
@@ -104,8 +98,8 @@ def _loader_compare(name: str, ds, batch_size: int, workers: tuple[int, ...], op
     n = len(ds)
     for nw in workers:
         best = best_of(opts.repeat, {
-            "seqloader": lambda: _epoch_seconds(DataLoader, ds, batch_size, nw),
-            "torch": lambda: _epoch_seconds(torch.utils.data.DataLoader, ds, batch_size, nw),
+            "seqloader": lambda: epoch_seconds(DataLoader, ds, batch_size, nw, shuffle=True),
+            "torch": lambda: epoch_seconds(torch.utils.data.DataLoader, ds, batch_size, nw, shuffle=True),
         })
         rows += [Row(name, "seqloader.DataLoader", nw, n / best["seqloader"], "samples/s",
                      mb_per_s(n, item_bytes, best["seqloader"]), ratio=best["torch"] / best["seqloader"]),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ast
+import math
 import pathlib
 
 import pytest
 
 import benchmarks
-from benchmarks import common, prefetch
+from benchmarks import common, features, prefetch
 from benchmarks.__main__ import main
 
 BENCHMARKS = pathlib.Path(benchmarks.__file__).resolve().parent
@@ -34,7 +35,9 @@ def test_unknown_workloads_are_refused(capsys):
 
 def test_workloads_are_a_registry_of_row_functions():
     assert list(benchmarks.WORKLOADS) == ["tiny", "images", "cpu", "first_batch",
-                                          "resume", "state_size", "loader_tiny", "loader_images"]
+                                          "resume", "state_size", "loader_tiny", "loader_images",
+                                          "iterable_tiny", "iterable_images", "straggler", "stats_overhead",
+                                          "resume_scale", "mix"]
     rows = benchmarks.WORKLOADS["images"](common.Options(quick=True))
     assert [r.loader for r in rows] == ["seqloader", "torch"]
     assert all(r.value > 0 and r.mb_per_s > 0 for r in rows) and rows[0].ratio > 0
@@ -42,6 +45,58 @@ def test_workloads_are_a_registry_of_row_functions():
     assert prefetch.first_batch("torch", common.ImageDataset(8), 4, 1) > 0
     text = common.format_rows(rows, markdown=False)
     assert text.splitlines()[0].split()[:2] == ["workload", "loader"]
+
+
+def _quick_rows(name: str) -> list[common.Row]:
+    rows = benchmarks.WORKLOADS[name](common.Options(quick=True))
+    assert rows and {r.workload for r in rows} == {name}
+    return rows
+
+
+@pytest.mark.parametrize("name", ["iterable_tiny", "iterable_images"])
+def test_iterable_workloads_compare_with_torch(name):
+    rows = _quick_rows(name)
+    assert [(r.loader, r.num_workers) for r in rows] == [("seqloader.DataLoader", 2), ("torch DataLoader", 2)]
+    assert all(r.value > 0 and r.unit == "samples/s" for r in rows) and rows[0].ratio > 0
+    assert (rows[0].mb_per_s is None) == (name == "iterable_tiny")
+
+
+def test_straggler_has_a_row_per_order():
+    rows = _quick_rows("straggler")
+    assert [r.loader for r in rows] == ["seqloader.DataLoader in_order=False", "seqloader.DataLoader in_order=True",
+                                        "torch DataLoader in_order=False"]
+    assert all(r.value > 0 and r.num_workers == 2 for r in rows) and rows[0].ratio > 0
+    assert "x seqloader in_order=True" in rows[0].notes
+    assert features.StragglerDataset(101, sleep_s=0.0).slow_items == 3
+
+
+def test_loader_tiny_reports_0_and_2_workers():
+    rows = _quick_rows("loader_tiny")
+    assert [r.num_workers for r in rows] == [0, 0, 2, 2]
+    assert all(r.value > 0 for r in rows) and rows[0].ratio > 0 and rows[2].ratio > 0
+
+
+def test_resume_scale_measures_torch_at_every_quick_size():
+    rows = _quick_rows("resume_scale")
+    assert [r.loader for r in rows] == ["seqloader n=10**5", "torch skip n=10**5",
+                                        "seqloader n=10**6", "torch skip n=10**6"]
+    assert all(r.value > 0 and r.unit == "s" for r in rows)
+    assert rows[0].ratio > 0 and rows[2].ratio > 0 and "the time at n=10**5" in rows[2].notes
+
+
+def test_mix_rows_have_no_torch_ratio():
+    rows = _quick_rows("mix")
+    assert len(rows) == 4 and all(r.value > 0 and r.unit == "µs" and r.ratio is None for r in rows)
+    assert all("no torch counterpart" in r.notes for r in rows)
+
+
+def test_stats_overhead_reports_a_percentage_and_restores_the_stats():
+    start, returned = features.LoaderStats.start, features.LoaderStats.returned
+    rows = _quick_rows("stats_overhead")
+    assert [r.unit for r in rows] == ["samples/s"] * 3 + ["%"]
+    assert all(r.value > 0 for r in rows[:3]) and rows[0].ratio > 0
+    assert math.isfinite(rows[3].value) and "target <= 1%" in rows[3].notes  # a difference: may be < 0 in noise
+    assert (features.LoaderStats.start, features.LoaderStats.returned) == (start, returned)
 
 
 def _imports(path: pathlib.Path) -> set[str]:
@@ -54,7 +109,7 @@ def _imports(path: pathlib.Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("name", ["prefetch.py", "loader.py"])
+@pytest.mark.parametrize("name", ["prefetch.py", "loader.py", "iterable.py", "features.py", "scale.py"])
 def test_a_workload_module_imports_only_common_seqloader_and_third_parties(name):
     ours = {m for m in _imports(BENCHMARKS / name) if m.split(".")[0] == "benchmarks"}
     assert ours == {"benchmarks.common"}
