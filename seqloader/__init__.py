@@ -29,7 +29,7 @@ _EXPORTS = {
     "batch": "seqloader.sequences.shape",
     "shard": "seqloader.sequences.shard",
     "mix": "seqloader.sequences.mix",
-    "prefetch": "seqloader.prefetcher.prefetch",
+    "prefetch": "seqloader.prefetcher.api",
     "Prefetch": "seqloader.prefetcher.prefetch",
     "DataLoader": "seqloader.loader.dataloader",
     "StatefulDataLoader": "seqloader.loader.dataloader",
@@ -64,7 +64,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-
     from seqloader.integrations.torch_iterable import as_iterable_dataset as as_iterable_dataset
     from seqloader.loader.dataloader import DataLoader as DataLoader, StatefulDataLoader as StatefulDataLoader
     from seqloader.loader.sampling import BijectiveShuffleSampler as BijectiveShuffleSampler
-    from seqloader.prefetcher.prefetch import Prefetch as Prefetch, prefetch as prefetch
+    from seqloader.prefetcher.api import prefetch as prefetch
+    from seqloader.prefetcher.prefetch import Prefetch as Prefetch
     from seqloader.sampler import Stateful as Stateful, StatefulDistributedSampler as StatefulDistributedSampler
     from seqloader.sequences.base import LazySequence as LazySequence
     from seqloader.sequences.mapping import rng_map as rng_map, smap as smap

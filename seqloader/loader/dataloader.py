@@ -61,8 +61,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             ``RandomSampler``. A custom ``sampler``/``batch_sampler`` is iterated (indices only)
             at the start of each epoch; if it has ``state_dict``/``load_state_dict`` its state
             from the start of the epoch is saved. :class:`~seqloader.BijectiveShuffleSampler` is
-            read in O(1) per batch. Batches are always yielded in order (``in_order=False`` is
-            accepted and changes nothing). An ``IterableDataset`` is read as one stream per
+            read in O(1) per batch. ``in_order=False`` (map-style, with workers) yields
+            batches as they complete; the state then records the in-order watermark and the
+            few batches yielded past it, so a resume yields each remaining batch once. An ``IterableDataset`` is read as one stream per
             worker, round-robin like torch, on seqloader's workers (kept across epochs with
             ``persistent_workers``); it resumes from each stream's state, with the same
             ``num_workers`` only.
@@ -172,10 +173,16 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         epoch = progress.epoch
         seq = EpochBatches(self.dataset, self._plan(epoch, progress.position), self.collate_fn,
                            self.seed, epoch, self._derivation)
+        skip = frozenset(seq.batch_of(k) for k in progress.ahead)
+        if None in skip:
+            raise ValueError(f"DataLoader: the loaded state's 'ahead' keys {list(progress.ahead)} are not all "
+                             f"batches of epoch {epoch} from position {progress.position}; the state is "
+                             "corrupt or was saved for a different loader")
         source = seq
         if self.num_workers > 0 and len(seq) > 0:
-            source = self._workers.open(self, seq, epoch)
-        return MapIterator(self, progress, generation, seq, source, device)
+            source = self._workers.open(self, seq, epoch, affinity=self.in_order)
+            source.start()  # like torch: a failing worker_init_fn raises here, at iter()
+        return MapIterator(self, progress, generation, seq, source, device, skip)
 
     def _check_seed_is_shared(self) -> None:
         world = sampling.current_world()[1]
@@ -242,7 +249,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         if not self._is_iterable and is_stateful(self.dataset):
             dataset_state = self.dataset.state_dict()
         return LoaderState(
-            seed=self.seed, epoch=progress.epoch, position=progress.position,
+            seed=self.seed, epoch=progress.epoch, position=progress.position, ahead=progress.ahead,
             dataset_len=_len_or_none(self.dataset), batch_size=self.batch_size,
             drop_last=self.drop_last, shuffle=bool(self.shuffle) and not self._is_iterable,
             derivation=self._derivation,
@@ -291,6 +298,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         """
         saved = LoaderState.from_dict(state_dict)
         check_matches(saved, self._state())
+        _check_ahead(saved)
         if self._custom is not None:
             self._custom.check(saved)
         elif not self._is_iterable:
@@ -307,7 +315,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self._derivation = saved.derivation
         self._seed_world = None
         self._progress.load(saved.epoch, saved.position,
-                            None if saved.iterable is None else saved.iterable.copy())
+                            None if saved.iterable is None else saved.iterable.copy(), saved.ahead)
 
 
 #: torchdata's name for the same thing.
@@ -324,6 +332,17 @@ def _check_position(saved: LoaderState) -> None:
         raise ValueError(f"load_state_dict: 'position' is {saved.position} in the state_dict but an "
                          f"epoch of this loader has {n} samples; the state is corrupt or was saved "
                          "for a different loader")
+
+
+def _check_ahead(saved: LoaderState) -> None:
+    """Batches yielded out of order past the watermark are known for one rank only: such a state
+    resumes exactly only in a world of one."""
+    worlds = (saved.saved_with.get("world_size", 1), sampling.current_world()[1])
+    if saved.ahead and max(w if isinstance(w, int) else 1 for w in worlds) > 1:
+        raise ValueError(f"load_state_dict: 'ahead' lists {len(saved.ahead)} batch(es) yielded out of order "
+                         f"(in_order=False) past 'position', under torch.distributed (world sizes "
+                         f"{worlds[0]} saved, {worlds[1]} now): each rank yielded other batches, so one "
+                         "rank's state cannot resume the others exactly; use in_order=True with ranks")
 
 
 def _len_or_none(dataset: Any) -> Optional[int]:

@@ -96,7 +96,12 @@ class LoaderIterator:
 
 
 class MapIterator(LoaderIterator):
-    """Reads one epoch's batch sequence in order and advances the loader's progress.
+    """Reads one epoch's batch sequence and advances the loader's progress.
+
+    In order by default. With ``in_order=False`` and workers, batches come in completion order
+    (:meth:`~seqloader.prefetcher.prefetch.Prefetch.take`): the progress is then a *watermark*
+    (every batch before it was yielded) plus the keys of the few batches yielded beyond it, and
+    a resume skips those (``skip``), so each batch is yielded exactly once.
 
     A batch whose computation raises is consumed, as in torch: the error propagates, the progress
     counts the batch as done and the next ``next()`` reads the following batch. After the last
@@ -105,7 +110,7 @@ class MapIterator(LoaderIterator):
     """
 
     def __init__(self, loader: Any, progress: Progress, generation: int, seq: EpochBatches,
-                 source: Any, pin_device: Optional[str]):
+                 source: Any, pin_device: Optional[str], skip: frozenset = frozenset()):
         self._loader = loader  # kept alive: its finalizer closes the persistent workers we read
         self._stats = loader._stats
         self._progress = progress
@@ -113,9 +118,16 @@ class MapIterator(LoaderIterator):
         self._seq = seq
         self._source = source  # seq itself, or a Prefetch over it
         self._owns_source = source is not seq and not loader._workers.is_persistent(source)
+        self._unordered = source is not seq and not loader.in_order
+        if self._unordered:
+            source.seek(0, skip=skip)
         self._pin_device = pin_device
-        self._batch = 0
+        self._start = progress.position          # the epoch's position before this sequence
+        self._taken = set(skip)                  # batches yielded (or skipped) at or past _low
+        self._low = 0                            # every batch before it was yielded
+        self._left = len(seq) - len(skip)        # batches still to yield
         self._done = False
+        self._advance_low()
 
     def __len__(self) -> int:
         return len(self._seq)
@@ -127,28 +139,59 @@ class MapIterator(LoaderIterator):
         if progress.superseded(self._generation):
             self._finish()
             raise superseded_error()
-        b, n = self._batch, len(self._seq)
-        if b >= n:  # the epoch is over (or was empty)
+        if self._left == 0:  # the epoch is over (or was empty)
             self._finish()
             progress.end_epoch()
             raise StopIteration
-        self._batch = b + 1
+        try:
+            b, batch = self._read()
+        finally:  # a batch that raised is consumed too
+            if self._left == 0:
+                self._release()
+        if self._pin_device is not None:
+            batch = _pin(batch, self._pin_device)
+        return batch
+
+    def _read(self) -> tuple[int, Any]:
+        if self._unordered:
+            try:
+                b, batch = self._source.take()
+            except (WorkerDied, ItemTimeout) as exc:
+                raise torch_worker_error(exc, self._loader.timeout, self._low) from exc
+            except Exception as exc:
+                self._yielded(getattr(exc, "seqloader_index", None))
+                raise
+            self._yielded(b)
+            return b, batch
+        b = self._low
         try:
             if self._source is self._seq:
                 with preserved_globals():
                     batch = self._seq[b]
             else:
-                try:
-                    batch = self._source[b]
-                except (WorkerDied, ItemTimeout) as exc:
-                    raise torch_worker_error(exc, self._loader.timeout, b) from exc
-        finally:  # a batch that raised is consumed too
-            progress.advance(self._seq.end_position(b))
-            if b + 1 == n:
-                self._release()
-        if self._pin_device is not None:
-            batch = _pin(batch, self._pin_device)
-        return batch
+                batch = self._source[b]
+        except (WorkerDied, ItemTimeout) as exc:  # infrastructure: nothing was consumed
+            raise torch_worker_error(exc, self._loader.timeout, b) from exc
+        except Exception:  # the batch's own error: it is consumed
+            self._yielded(b)
+            raise
+        self._yielded(b)
+        return b, batch
+
+    def _yielded(self, b: Optional[int]) -> None:
+        """Batch ``b`` was consumed: move the watermark and the progress."""
+        if b is None:
+            return
+        self._taken.add(b)
+        self._left -= 1
+        self._advance_low()
+
+    def _advance_low(self) -> None:
+        while self._low in self._taken:
+            self._taken.discard(self._low)
+            self._low += 1
+        position = self._start if self._low == 0 else self._seq.end_position(self._low - 1)
+        self._progress.advance(position, tuple(sorted(self._seq.key(b) for b in self._taken)))
 
     def _release(self) -> None:
         """Close this iterator's own workers (not the loader's persistent ones)."""

@@ -75,6 +75,14 @@ class EpochBatches(LazySequence):
                     return self._collate_fn(data)
             return self._collate_fn(data)
 
+    def key(self, b: int) -> int:
+        """The global position of batch ``b``'s first sample (its seeding key)."""
+        return self._plan.key(b)
+
+    def batch_of(self, key: int) -> Any:
+        """The batch whose key is ``key``, or ``None``."""
+        return self._plan.batch_of(key)
+
     def end_position(self, b: int) -> int:
         """The epoch's global sample position once batch ``b`` has been yielded."""
         return self._plan.end_position(b)

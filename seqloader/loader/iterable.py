@@ -215,6 +215,7 @@ class IterableIterator(LoaderIterator):
         else:
             self._source = loader._workers.open(loader, self._seq, progress.epoch)
             self._owns_source = not loader._workers.is_persistent(self._source)
+            self._source.start()  # like torch: a failing worker_init_fn raises here, at iter()
         self._ended = {w for w, s in enumerate(saved.workers) if s["exhausted"]}
         self._done = False
 

@@ -43,6 +43,7 @@ class Progress:
     def __init__(self, streams: Optional[int] = None, carry: bool = False):
         self.epoch = 0
         self.position = 0              # samples of the epoch's global order already yielded
+        self.ahead: tuple[int, ...] = ()  # in_order=False: keys of batches yielded past position
         self._streams = streams
         self._carry = carry
         self.resumed = False           # the current iterator began from a loaded state
@@ -66,23 +67,25 @@ class Progress:
         """Whether the iterator of ``generation`` was replaced by a later ``begin`` or ``load``."""
         return generation != self._generation
 
-    def advance(self, position: int) -> None:
-        """Batches were yielded: ``position`` samples of this epoch's global order are done."""
-        self.position = position
+    def advance(self, position: int, ahead: tuple[int, ...] = ()) -> None:
+        """Batches were yielded: ``position`` samples of this epoch's global order are done, and
+        (out of order) the batches with keys ``ahead`` beyond it."""
+        self.position, self.ahead = position, ahead
 
     def end_epoch(self) -> None:
         """The epoch is over: the next one starts at position 0."""
         self.epoch += 1
-        self.position = 0
+        self.position, self.ahead = 0, ()
         self._started = False
         if self._streams is not None:
             carried = self._carry and self.iterable is not None
             self.iterable = self.iterable.carried() if carried else IterableState.fresh(self._streams)
 
-    def load(self, epoch: int, position: int, iterable: Optional[IterableState] = None) -> None:
+    def load(self, epoch: int, position: int, iterable: Optional[IterableState] = None,
+             ahead: tuple[int, ...] = ()) -> None:
         """Resume from a loaded state at the next :meth:`begin`; live iterators are superseded."""
         self._generation += 1
-        self.epoch, self.position = epoch, position
+        self.epoch, self.position, self.ahead = epoch, position, ahead
         if self._streams is not None:
             self.iterable = iterable
         self._started = False

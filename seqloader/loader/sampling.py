@@ -221,7 +221,13 @@ class OrderPlan:
         return self._len
 
     def key(self, b: int) -> int:
+        """The global position of batch ``b``'s first sample."""
         return self.start + self.rank + b * self.bs * self.world
+
+    def batch_of(self, key: int) -> Optional[int]:
+        """The batch whose key is ``key``, or ``None`` if no batch of this plan has it."""
+        b, r = divmod(key - self.start - self.rank, self.bs * self.world)
+        return b if r == 0 and 0 <= b < self._len else None
 
     def batch(self, b: int) -> tuple[int, Any]:
         """``(key, indices)`` of batch ``b`` (a single index when ``batch_size`` is ``None``)."""
@@ -255,10 +261,18 @@ class BatchListPlan:
     def __len__(self) -> int:
         return len(self.batches) - self.first
 
-    def batch(self, b: int) -> tuple[int, list]:
+    def key(self, b: int) -> int:
+        """The position (samples of the epoch) where batch ``b`` starts."""
         i = self.first + b
-        key = int(self.ends[i - 1]) if i else 0
-        return key, list(self.batches[i])
+        return int(self.ends[i - 1]) if i else 0
+
+    def batch_of(self, key: int) -> Optional[int]:
+        """The batch starting at position ``key``, or ``None``."""
+        b = (int(np.searchsorted(self.ends, key, side="right")) if key else 0) - self.first
+        return b if 0 <= b < len(self) and self.key(b) == key else None
+
+    def batch(self, b: int) -> tuple[int, list]:
+        return self.key(b), list(self.batches[self.first + b])
 
     def end_position(self, b: int) -> int:
         return int(self.ends[self.first + b])

@@ -3,14 +3,16 @@
 A state is a small dict of JSON types (see ``docs/design.md``, "Loader state: format and versions")::
 
     {"format": "seqloader.DataLoader", "version": 2, "seed": 1234, "epoch": 2,
-     "position": 40960, "dataset_len": 50000, "batch_size": 64, "drop_last": False,
+     "position": 40960, "ahead": [], "dataset_len": 50000, "batch_size": 64, "drop_last": False,
      "shuffle": True, "derivation": 2, "sampler_len": None, "sampler_epoch": None,
      "sampler": None, "dataset": None, "iterable": None,
      "saved_with": {"num_workers": 4, "world_size": 8}}
 
 ``position`` counts samples of the epoch's *global* order already yielded (all ranks together);
 after the last batch of an epoch (before ``StopIteration``) it is the epoch's end, and a resumed
-iterator yields nothing more of that epoch. ``derivation`` names how ``(seed, epoch, position)``
+iterator yields nothing more of that epoch. With ``in_order=False`` it is the *watermark* (every
+batch before it has been yielded) and ``ahead`` lists the keys (global position of the first
+sample) of the few batches already yielded beyond it, at most the in-flight window; else ``[]``. ``derivation`` names how ``(seed, epoch, position)``
 turn into the order and the global-RNG seeds (``seqloader/loader/seeding.py``); a loaded state
 keeps its own, so version-1 states (derivation 1) resume exactly as seqloader 0.1 would have.
 ``sampler_epoch`` is the ``epoch`` attribute of a custom sampler with ``set_epoch`` (such as a
@@ -46,9 +48,9 @@ VERSION = 2
 #: The derivations of orders and seeds a state may name (``seqloader/loader/seeding.py``).
 DERIVATIONS = (1, 2)
 #: The keys of a version-:data:`VERSION` state, in order.
-KEYS = ("format", "version", "seed", "epoch", "position", "dataset_len", "batch_size", "drop_last",
-        "shuffle", "derivation", "sampler_len", "sampler_epoch", "sampler", "dataset", "iterable",
-        "saved_with")
+KEYS = ("format", "version", "seed", "epoch", "position", "ahead", "dataset_len", "batch_size",
+        "drop_last", "shuffle", "derivation", "sampler_len", "sampler_epoch", "sampler", "dataset",
+        "iterable", "saved_with")
 
 _STAGE = "load_state_dict"
 
@@ -160,7 +162,7 @@ def _migrate_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
                          "seqloader 0.1 read on torch's workers with other random streams and stream "
                          "states; it cannot be resumed exactly by this version (restart the epoch, or "
                          "finish it with seqloader 0.1)")
-    return {**d, "version": 2, "derivation": 1, "sampler_epoch": None}
+    return {**d, "version": 2, "derivation": 1, "sampler_epoch": None, "ahead": []}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +188,7 @@ class LoaderState:
     drop_last: bool
     shuffle: bool
     derivation: int = 2
+    ahead: tuple[int, ...] = ()
     sampler_len: Optional[int] = None
     sampler_epoch: Optional[int] = None
     sampler: Any = None
@@ -197,7 +200,7 @@ class LoaderState:
         """The public state dict (JSON types, plus whatever the verbatim sub-states hold)."""
         return {
             "format": FORMAT, "version": VERSION, "seed": self.seed, "epoch": self.epoch,
-            "position": self.position, "dataset_len": self.dataset_len,
+            "position": self.position, "ahead": list(self.ahead), "dataset_len": self.dataset_len,
             "batch_size": self.batch_size, "drop_last": self.drop_last, "shuffle": self.shuffle,
             "derivation": self.derivation, "sampler_len": self.sampler_len,
             "sampler_epoch": self.sampler_epoch, "sampler": self.sampler, "dataset": self.dataset,
@@ -241,6 +244,9 @@ class LoaderState:
                "batch_size", d["batch_size"], "None or a positive int")
         _check(d["sampler_len"] is None or _is_int(d["sampler_len"]) and d["sampler_len"] >= 0,
                "sampler_len", d["sampler_len"], "None or a non-negative int")
+        _check(isinstance(d["ahead"], list) and all(_is_int(k) and k >= d["position"] for k in d["ahead"])
+               and len(set(d["ahead"])) == len(d["ahead"]), "ahead", d["ahead"],
+               "a list of distinct ints at or after 'position'")
         _check(d["sampler_epoch"] is None or _is_int(d["sampler_epoch"]),
                "sampler_epoch", d["sampler_epoch"], "None or an int")
         _check(d["derivation"] in DERIVATIONS and _is_int(d["derivation"]), "derivation",
@@ -252,6 +258,7 @@ class LoaderState:
         return cls(seed=d["seed"], epoch=d["epoch"], position=d["position"],
                    dataset_len=d["dataset_len"], batch_size=d["batch_size"],
                    drop_last=d["drop_last"], shuffle=d["shuffle"], derivation=d["derivation"],
+                   ahead=tuple(d["ahead"]),
                    sampler_len=d["sampler_len"], sampler_epoch=d["sampler_epoch"],
                    sampler=d["sampler"],
                    dataset=d["dataset"], iterable=iterable, saved_with=dict(d["saved_with"]))

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data._utils import worker as _torch_worker
 
-from seqloader.prefetcher.prefetch import Prefetch, prefetch
+from seqloader.prefetcher.api import prefetch
+from seqloader.prefetcher.prefetch import Prefetch
 from seqloader.rng import derive_seed
 
 __all__ = ["TorchWorkerSetup", "Workers", "worker_info_hidden"]
@@ -105,8 +106,9 @@ class Workers:
     def __init__(self) -> None:
         self.prefetch: Optional[Prefetch] = None   # the persistent one, if any
 
-    def open(self, loader: Any, seq: Any, epoch: int) -> Prefetch:
-        """A ``Prefetch`` reading ``seq`` (the batches of ``epoch``) with ``loader``'s settings."""
+    def open(self, loader: Any, seq: Any, epoch: int, affinity: bool = True) -> Prefetch:
+        """A ``Prefetch`` reading ``seq`` (the batches of ``epoch``) with ``loader``'s settings;
+        ``affinity``: batch ``i`` on worker ``i % num_workers`` (else any free worker)."""
         if self.prefetch is not None and not self.prefetch.closed:
             self.prefetch.reset(seq)
             return self.prefetch
@@ -114,7 +116,7 @@ class Workers:
                                  loader.dataset, loader.worker_init_fn)
         pf = prefetch(seq, loader.num_workers, prefetch_factor=loader.prefetch_factor,
                       multiprocessing_context=loader.multiprocessing_context, worker_init_fn=setup,
-                      timeout=loader.timeout, shared=loader.dataset)
+                      timeout=loader.timeout, shared=loader.dataset, affinity=affinity)
         if loader.persistent_workers:
             self.prefetch = pf
         return pf

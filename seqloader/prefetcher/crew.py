@@ -37,16 +37,27 @@ JOIN_TIMEOUT = 2.0
 #     never overwritten.
 #
 # Messages (messages.py). Parent -> worker on the worker's own job pipe: Job, Retarget, Forget,
-# Stop. Worker -> parent on its result pipe: exactly one Result/Failure/Cancelled per Job, in
-# order, or WorkerFailed before exiting. Pipe messages are small (bulk data is in the slots),
-# so a worker never blocks on a full result pipe while the parent blocks sending it a Retarget.
+# Stop. Worker -> parent on its result pipe: first Ready (its set-up and worker_init_fn
+# finished) or WorkerFailed (they raised; it exits), then exactly one Result/Failure/Cancelled
+# per Job, in order, or WorkerFailed before exiting. Pipe messages are small (bulk data is in
+# the slots), so a worker never blocks on a full result pipe while the parent blocks sending it
+# a Retarget.
+#
+# Starting. Prefetch.start() (idempotent; the first read, in order or take(), calls it) starts
+# the processes and waits until every worker has sent Ready or failed: a WorkerFailed raises the
+# worker's own exception (type kept, a note naming worker and pid, the remote traceback
+# chained), a worker that dies first raises WorkerDied, and a set-up longer than START_TIMEOUT
+# (300 s, or `timeout` if longer) raises RuntimeError; each of these closes everything first.
+# Jobs are sent only once every worker is Ready.
 #
 # Every blocking wait is bounded and checks liveness.
-#   * Reader: one select.poll() on all result pipes *and* all process
-#     sentinels, so a worker's death (SIGKILL, os._exit, segfault) wakes it at once; it drains
-#     that worker's pipe, then raises RuntimeError naming worker, pid and signal, after closing
-#     everything (below). With timeout > 0, waiting longer than that for one item raises
-#     RuntimeError("... timed out after N seconds ...") and leaves the Prefetch usable.
+#   * Reader (Inbox.pump in inbox.py, used by in-order reads, take() and start()): one
+#     select.poll() on all result pipes *and* all process sentinels, at most 5 s at a time then
+#     is_alive() on every worker, so a worker's death (SIGKILL, os._exit, segfault) wakes it at
+#     once; it drains that worker's pipe, then raises RuntimeError (WorkerDied) naming worker,
+#     pid and signal, after closing everything (below). With timeout > 0, waiting longer than
+#     that for one item (take(): for the next completion) raises RuntimeError (ItemTimeout,
+#     "... timed out after N seconds ...") and leaves the Prefetch usable.
 #   * Worker: polls its job pipe every PARENT_CHECK_INTERVAL (0.25 s) and exits on its own when
 #     its parent pid changes or the reader's pid is gone (reader SIGKILLed), or on EOF/EPIPE;
 #     on that path it also unlinks any slot name it was given that might still exist.
@@ -69,12 +80,15 @@ JOIN_TIMEOUT = 2.0
 class Crew:
     """The workers, their slots and their pending jobs: everything :meth:`close` releases."""
 
-    def __init__(self, ctx, num_workers: int, prefetch_factor: int, worker_init_fn, shared: Any):
+    def __init__(self, ctx, num_workers: int, prefetch_factor: int, worker_init_fn, shared: Any,
+                 affinity: bool = True):
         self.ctx, self.num_workers, self.prefetch_factor = ctx, num_workers, prefetch_factor
+        self.affinity = affinity
         self.worker_init_fn, self.shared = worker_init_fn, shared
         self.handles: list[WorkerHandle] = []
         self.pool = SlotPool(num_workers, keep=prefetch_factor + 1)
         self.closed = False
+        self.running = False  # every worker has reported Ready (set by Inbox.wait_started)
         self._owner_pid = os.getpid()  # a forked copy of this object must not stop our workers
         self._poll = select.poll()  # every result pipe and process sentinel
         self._by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
@@ -104,9 +118,13 @@ class Crew:
         return [self._by_fd[fd] for fd, _ in self._poll.poll(int(timeout * 1000))]
 
     def worker_for(self, index: int) -> WorkerHandle | None:
-        """Worker ``index % num_workers`` (as torch assigns batches), if it has room for a job."""
-        h = self.handles[index % len(self.handles)]
-        return h if len(h.pending) < self.prefetch_factor else None
+        """The worker for item ``index``, if it has room for a job: worker ``index % num_workers``
+        (torch's assignment) with ``affinity``, else the least busy one."""
+        if self.affinity:
+            h = self.handles[index % len(self.handles)]
+            return h if len(h.pending) < self.prefetch_factor else None
+        best = min(self.handles, key=lambda h: len(h.pending))
+        return best if len(best.pending) < self.prefetch_factor else None
 
     def submit(self, h: WorkerHandle, gen: int, index: int) -> None:
         forgotten = self.pool.take_forgotten(h.worker_id)
@@ -172,6 +190,7 @@ class WorkerHandle:
         self.pid = self.process.pid
         self.sentinel = self.process.sentinel
         self.pending: collections.deque = collections.deque()  # (gen, index, slot_id)
+        self.set_up = False  # it has sent Ready
         self._poll = select.poll()
         self._poll.register(self.results.fileno(), select.POLLIN)
 

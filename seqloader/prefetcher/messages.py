@@ -4,10 +4,13 @@ Every message is a small frozen dataclass, so a message can never be confused wi
 ``-1`` or ``None`` sentinels). Bulk data never travels through the pipes: results and the
 exceptions of failed items are written into a shared-memory slot, and the pipe only carries a
 :class:`Payload` describing where they are. The parent sends :class:`Job`, :class:`Retarget`,
-:class:`Forget` and :class:`Stop` to a worker on that worker's own job pipe; the worker answers
-every :class:`Job` with exactly one :class:`Result`, :class:`Failure` or :class:`Cancelled` on
-its own result pipe, in the order the jobs were sent, and reports a broken set-up (a failing
-``worker_init_fn`` or an unpicklable sequence) with :class:`WorkerFailed` before it exits.
+:class:`Forget` and :class:`Stop` to a worker on that worker's own job pipe. On its own result
+pipe a worker first reports its set-up: :class:`Ready` once ``worker_init_fn`` has returned, or
+:class:`WorkerFailed` (and exits) if it raised; :meth:`~seqloader.prefetcher.prefetch.Prefetch.start`
+waits for one of the two from every worker. It then answers every :class:`Job` with exactly one
+:class:`Result`, :class:`Failure` or :class:`Cancelled`, in the order the jobs were sent, and
+reports a sequence that a :class:`Retarget` could not unpickle with :class:`WorkerFailed` before
+it exits.
 
 ``gen`` (generation) numbers order the parent's requests: the parent increments it on every seek
 and every :meth:`~seqloader.prefetcher.prefetch.Prefetch.reset`; a worker cancels any queued job
@@ -26,6 +29,7 @@ __all__ = [
     "Forget",
     "Job",
     "Payload",
+    "Ready",
     "Result",
     "Retarget",
     "Stop",
@@ -135,8 +139,22 @@ class Cancelled:
 
 
 @dataclass(frozen=True)
+class Ready:
+    """The worker's set-up (SIGINT ignored, one torch thread, ``worker_init_fn``) has finished.
+
+    Sent once, before any reply to a :class:`Job`; a worker whose set-up raises sends
+    :class:`WorkerFailed` instead.
+    """
+
+    worker_id: int
+
+
+@dataclass(frozen=True)
 class WorkerFailed:
     """The worker could not set up (``stage``: ``"worker_init_fn"`` or ``"reset"``) and exits.
+
+    For ``"worker_init_fn"`` it takes the place of :class:`Ready`; for ``"reset"`` (a
+    :class:`Retarget` whose sequence could not be unpickled) it comes among the replies to jobs.
 
     ``report`` is a pickled error report as in :class:`Failure`.
     """

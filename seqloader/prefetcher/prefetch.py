@@ -1,110 +1,56 @@
 """``prefetch``: an ordered, seekable sequence whose items are computed ahead by worker processes.
 
 A :class:`Prefetch` is a :class:`~seqloader.sequences.base.LazySequence`: ``p[i]`` is ``seq[i]``,
-computed by worker ``i % num_workers`` of ``num_workers`` long-lived processes (the assignment
-torch's ``DataLoader`` makes, so item code that reads its worker id sees the same thing, and a
-worker may keep per-process state for the items it is given). Reading item ``i`` keeps the items
-``i+1 .. i+num_workers*prefetch_factor`` in flight; reading any other item than the next one
-*re-targets* the workers there (the items in between are never computed, stale results are
-dropped). :meth:`Prefetch.reset` points the same workers at a new sequence with one small
-message. Results travel through shared memory (:mod:`seqloader.prefetcher.shm`). A prefetcher knows
-nothing of torch's ``DataLoader``: worker set-up beyond one intra-op thread (seeds, torch's
-``WorkerInfo``) is the caller's ``worker_init_fn``.
+computed by worker ``i % num_workers`` of ``num_workers`` long-lived processes (torch's
+``DataLoader`` assignment, so a worker may keep per-process state for its items). Reading item
+``i`` keeps ``i+1 .. i+num_workers*prefetch_factor`` in flight; reading another item than the
+next *re-targets* the workers (items in between are never computed). :meth:`Prefetch.take` reads
+in *completion* order (:mod:`seqloader.prefetcher.unordered`); :meth:`Prefetch.seek` positions
+both readers; :meth:`Prefetch.reset` points the workers at a new sequence; :meth:`Prefetch.start`
+starts them. Results travel through shared memory (:mod:`seqloader.prefetcher.shm`). Worker
+set-up beyond one intra-op thread (seeds, torch's ``WorkerInfo``) is the caller's ``worker_init_fn``.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import pickle
 import time
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Iterable, Sequence
 
-from seqloader.errors import add_note, check_int, check_positive_int
-from seqloader.prefetcher.crew import Crew, WorkerHandle
-from seqloader.prefetcher.messages import Cancelled, Result, Retarget, WorkerFailed
+from seqloader.errors import check_int, check_positive_int
+from seqloader.prefetcher.checks import check_seq, check_skip
+from seqloader.prefetcher.crew import Crew
+from seqloader.prefetcher.faults import ItemTimeout, WorkerDied
+from seqloader.prefetcher.inbox import START_TIMEOUT, STATUS_CHECK_INTERVAL, Inbox
+from seqloader.prefetcher.messages import Result, Retarget
 from seqloader.prefetcher.shm import read_and_release
+from seqloader.prefetcher.unordered import Taker, TakeWindow
 from seqloader.prefetcher.worker import dumps_seq
 from seqloader.sequences.base import LazySequence
 
-__all__ = ["ItemTimeout", "Prefetch", "WorkerDied", "prefetch"]
+__all__ = ["ItemTimeout", "Prefetch", "WorkerDied"]
 
-#: Longest single wait (seconds) before the reader re-checks that every worker is alive.
-STATUS_CHECK_INTERVAL = 5.0
-
-# NOTE: ownership of processes and shared memory, the messages, the liveness checks and the
-# shutdown protocol are described in the NOTE next to Crew.close() in crew.py.
-
-
-class WorkerDied(RuntimeError):
-    """A worker process ended (signal, ``os._exit``, crash) while the reader needed it.
-
-    Attributes:
-        worker_id, pid: which worker.
-        exitcode: its exit status (negative: killed by signal ``-exitcode``; ``None``: unknown).
-        item: the item it was producing, or ``None`` if it was idle.
-    """
-
-    def __init__(self, message: str, *, worker_id: int, pid: int, exitcode: int | None,
-                 item: int | None):
-        super().__init__(message)
-        self.worker_id, self.pid, self.exitcode, self.item = worker_id, pid, exitcode, item
-
-
-class ItemTimeout(RuntimeError):
-    """Waiting for one item took longer than ``timeout`` seconds; the ``Prefetch`` stays usable.
-
-    Attributes:
-        seconds: the timeout; item: the item waited for; worker_id, pid: its worker, if known.
-    """
-
-    def __init__(self, message: str, *, seconds: float, item: int, worker_id: int | None,
-                 pid: int | None):
-        super().__init__(message)
-        self.seconds, self.item, self.worker_id, self.pid = seconds, item, worker_id, pid
-
-
-class _RemoteTraceback(Exception):
-    """The worker-side traceback of an item's error, chained as ``__cause__`` in the reader."""
-
-    def __init__(self, tb: str):
-        super().__init__(tb)
-        self.tb = tb
-
-    def __str__(self) -> str:
-        return f'\n"""\n{self.tb}"""'
-
-
-def _rebuild_error(report: dict, note: str) -> BaseException:
-    exc = report["exc"]
-    if exc is None and report["type"] is not None:
-        try:
-            exc = report["type"](report["message"])
-        except Exception:
-            exc = None
-    if exc is None:
-        exc = RuntimeError(f"{report['type_name']}: {report['message']}")
-    add_note(exc, note)
-    exc.__cause__ = _RemoteTraceback(report["traceback"])
-    return exc
+# NOTE: ownership of processes and shared memory, the messages, starting, the liveness checks and
+# the shutdown protocol are described in the NOTE next to Crew.close() in crew.py.
 
 
 class Prefetch(LazySequence):
-    """``seq`` evaluated ahead of the reader by worker processes; built by :func:`prefetch`.
+    """``seq`` evaluated ahead of the reader by worker processes; built by
+    :func:`~seqloader.prefetcher.api.prefetch`.
 
     Read-ahead follows increasing positions: reading backwards or at random costs a seek (and
-    a wasted read-ahead) per item. Not thread-safe: read it from one thread. See
-    :func:`prefetch` for the arguments.
+    a wasted read-ahead) per item. :meth:`take` reads in completion order instead. Not
+    thread-safe: read it from one thread. See :func:`prefetch` for the arguments.
     """
 
-    def __init__(self, seq, num_workers, prefetch_factor, ctx, worker_init_fn, timeout, shared):
+    def __init__(self, seq, num_workers, prefetch_factor, ctx, worker_init_fn, timeout, shared, affinity=True):
         self._seq, self._len, self._timeout = seq, len(seq), timeout
         self._shared = shared if shared is not None else seq
-        self._gen = 0
-        self._next_read = self._next_submit = 0
-        self._ready: dict[int, tuple] = {}  # index -> (Result or Failure, worker handle)
-        self._broken: str | None = None
-        self._crew = Crew(ctx, num_workers, prefetch_factor, worker_init_fn, self._shared)
+        self._next_read = self._next_submit = 0  # in-order reading; -1: not reading in order
+        self._taker: Taker | None = None  # out-of-order reading (take), if that is the mode
+        self._crew = Crew(ctx, num_workers, prefetch_factor, worker_init_fn, self._shared, affinity)
+        self._inbox = Inbox(self._crew, repr(self))
+        self._ready = self._inbox.ready  # the same dict: index -> (Result or Failure, worker)
         self._finalizer = weakref.finalize(self, self._crew.close)
 
     def __len__(self) -> int:
@@ -132,6 +78,7 @@ class Prefetch(LazySequence):
         raises ``ValueError``.
 
         Example:
+            >>> from seqloader import prefetch
             >>> p = prefetch(range(3), num_workers=1)
             >>> x = p[2]
             >>> p.close(); p.close()  # idempotent
@@ -142,12 +89,96 @@ class Prefetch(LazySequence):
             ValueError: prefetch(num_workers=1, prefetch_factor=2, len=3): read or reset after close(); create a new prefetch
         """
         self._ready.clear()
+        self._taker = None
         self._finalizer()
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has run (explicitly, by ``with``, or after a worker failure)."""
         return self._crew.closed
+
+    def start(self) -> None:
+        """Start the workers and wait until each has run its set-up; idempotent.
+
+        The first read (indexing or :meth:`take`) calls it: call it to start the workers early
+        or to learn at once that ``worker_init_fn`` fails. The wait is bounded by 300 s (or
+        ``timeout``, if longer) and checks that the workers are alive; ``spawn`` takes seconds.
+
+        Raises:
+            Exception: ``worker_init_fn`` raised: its own exception (type kept, a note naming
+                worker and pid, the worker's traceback chained).
+            WorkerDied: a worker died before its set-up finished.
+            RuntimeError: a set-up took longer than the bound.
+            TypeError: ``spawn``/``forkserver`` cannot pickle the sequence, ``shared`` or
+                ``worker_init_fn``.
+            ValueError: the Prefetch is closed. (Every other error closes it.)
+
+        Example:
+            >>> from seqloader import prefetch
+            >>> p = prefetch(range(3), num_workers=2)
+            >>> p.start(); p.start()  # idempotent
+            >>> p[2]
+            2
+            >>> p.close()
+            >>> def needs_config(worker_id):
+            ...     raise KeyError(f"no config for worker {worker_id}")
+            >>> p = prefetch(range(3), num_workers=1, worker_init_fn=needs_config)
+            >>> try:
+            ...     p.start()
+            ... except KeyError as exc:
+            ...     print(repr(exc), exc.__notes__[0].split(" (pid")[0], p.closed)
+            KeyError('no config for worker 0') seqloader: worker_init_fn failed in worker 0 True
+        """
+        self._check_open()
+        crew = self._crew
+        if crew.running:
+            return
+        if not crew.handles:
+            crew.start(self._seq, self._inbox.gen)
+        self._inbox.wait_started(max(START_TIMEOUT, self._timeout))
+
+    def seek(self, position: int, *, skip: Iterable[int] = ()) -> None:
+        """Read from ``position`` on: ``p[position]`` next, or :meth:`take` from there.
+
+        Starts a new generation (items in flight are dropped); nothing is submitted before the
+        next read. ``skip`` lists items :meth:`take` must neither compute nor return: to resume
+        an out-of-order reader, save its watermark (the smallest item not taken) and the items
+        taken above it, then ``seek(watermark, skip=taken_above)``. ``skip`` does not apply to
+        indexing (``p[i]`` after a ``seek`` with ``skip`` seeks again).
+
+        Args:
+            position: in ``[0, len]`` (``len``: nothing left to take).
+            skip: item indices in ``[position, len)``.
+
+        Raises:
+            TypeError: ``position`` or an item of ``skip`` is not an int.
+            IndexError: ``position`` or an item of ``skip`` is out of range.
+            ValueError: the Prefetch is closed.
+
+        Example:
+            >>> from seqloader import prefetch
+            >>> p = prefetch(range(8), num_workers=2)
+            >>> p.seek(3, skip={4, 6})  # 0..2 were taken, and 4 and 6 beyond them
+            >>> p.remaining, sorted(p.take()[0] for _ in range(p.remaining))
+            (3, [3, 5, 7])
+            >>> p.seek(3, skip={1})
+            Traceback (most recent call last):
+            IndexError: prefetch.seek: skip holds item 1, out of range [3, 8); skip lists items at or after position
+            >>> p.close()
+        """
+        self._check_open()
+        position = check_int("prefetch.seek", "position", position)
+        if not 0 <= position <= self._len:
+            raise IndexError(f"prefetch.seek: position {position} out of range [0, {self._len}]")
+        skipped = check_skip(skip, position, self._len)
+        self._retarget()
+        if skipped:
+            self._next_read = self._next_submit = -1
+            window = TakeWindow(self._len, self._crew.num_workers, position, skipped,
+                                affinity=self._crew.affinity)
+            self._taker = Taker(self._inbox, self._crew, window)
+        else:
+            self._next_read = self._next_submit = position
 
     def reset(self, seq: Sequence) -> None:
         """Point the same workers at ``seq``; nothing is respawned.
@@ -156,8 +187,8 @@ class Prefetch(LazySequence):
         argument of :func:`prefetch`, else the first sequence) replaced by a persistent id, so a
         new epoch over the same dataset costs one small message per worker (a pickled
         sequence larger than the pipe buffer, 64 KiB, waits for each worker to finish its
-        current item). The next read may be any item of ``seq``; jobs of the old sequence that
-        have not started are never computed.
+        current item). The next read may be any item of ``seq`` (:meth:`take` starts at 0);
+        jobs of the old sequence that have not started are never computed.
 
         Args:
             seq: the new sequence (picklable once workers have started).
@@ -167,6 +198,7 @@ class Prefetch(LazySequence):
             ValueError: the Prefetch is closed.
 
         Example:
+            >>> from seqloader import prefetch
             >>> with prefetch(range(5), num_workers=1) as p:
             ...     first = list(p)
             ...     p.reset(range(10, 13))
@@ -177,7 +209,7 @@ class Prefetch(LazySequence):
             ValueError: prefetch(...): read or reset after close(); create a new prefetch
         """
         self._check_open()
-        n = _check_seq("prefetch.reset", seq)
+        n = check_seq("prefetch.reset", seq)
         blob = None
         if self._crew.handles:
             try:
@@ -187,18 +219,19 @@ class Prefetch(LazySequence):
                                 f"{exc})") from exc
         self._retarget()
         self._seq, self._len = seq, n
+        self._inbox.label = repr(self)
         self._next_read = self._next_submit = 0
         if blob is not None:
             for h in self._crew.handles:
-                h.send(Retarget(self._gen, blob))
+                h.send(Retarget(self._inbox.gen, blob))
 
-    # ----------------------------------------------------------------------- reading
+    # ----------------------------------------------------------------------- reading in order
 
     def _item(self, i: int) -> Any:
         self._check_open()
         crew = self._crew
-        if not crew.handles:
-            crew.start(self._seq, self._gen)
+        if not crew.running:
+            self.start()
         if i != self._next_read:
             self._retarget()
             self._next_read = self._next_submit = i
@@ -217,188 +250,139 @@ class Prefetch(LazySequence):
         self._fill()
         if isinstance(msg, Result):
             return read_and_release(msg.payload, crew.pool)
-        report = read_and_release(msg.payload, crew.pool)
-        raise _rebuild_error(report, f"seqloader: raised while computing item {i} of {self!r} in worker "
-                                     f"{h.worker_id} (pid {h.pid})")
+        raise self._inbox.item_error(msg, i, h)
 
     def _check_open(self) -> None:
         if self._crew.closed:
-            why = f" after an earlier error ({self._broken})" if self._broken else ""
+            broken = self._inbox.broken
+            why = f" after an earlier error ({broken})" if broken else ""
             raise ValueError(f"{self!r}: read or reset after close(){why}; create a new prefetch")
 
     def _retarget(self) -> None:
         """Start a new generation: queued jobs become stale, unread results are dropped."""
-        self._gen += 1
-        for msg, _ in self._ready.values():
-            self._crew.pool.release(msg.payload.slot_id)
-        self._ready.clear()
+        self._inbox.new_generation()
+        self._taker = None
 
     def _fill(self) -> None:
         crew = self._crew
+        gen = self._inbox.gen
         limit = min(self._len, self._next_read + crew.num_workers * crew.prefetch_factor)
         while self._next_submit < limit:
             h = crew.worker_for(self._next_submit)
             if h is None:  # in order: wait for that worker rather than skip ahead
                 return
             try:
-                crew.submit(h, self._gen, self._next_submit)
+                crew.submit(h, gen, self._next_submit)
             except OSError:  # its pipe is broken: the worker is gone
-                self._fail_dead(h, self._next_read)
+                self._inbox.fail_dead(h, self._next_read)
             self._next_submit += 1
 
     def _wait_for(self, i: int) -> None:
-        crew = self._crew
+        inbox = self._inbox
         deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
         while i not in self._ready:
             wait_s = STATUS_CHECK_INTERVAL if deadline is None else max(0.0, deadline - time.monotonic())
-            events = crew.poll(min(wait_s, STATUS_CHECK_INTERVAL))
-            dead = [h for h, is_sentinel in events if is_sentinel]
-            if not events:
-                dead = [h for h in crew.handles if not h.process.is_alive()]
-            for h in {h for h, _ in events} | set(dead):
-                self._drain(h)
-            if dead:
-                self._fail_dead(dead[0], i)
+            events = inbox.pump(wait_s, i)
             self._fill()
             if not events and deadline is not None and time.monotonic() >= deadline and i not in self._ready:
-                h = self._worker_of(i)
-                who = f" from worker {h.worker_id} (pid {h.pid})" if h is not None else ""
-                raise ItemTimeout(f"{self!r}: timed out after {self._timeout} seconds waiting for item {i}{who}; "
-                                  "increase timeout= or look at what the worker is doing",
-                                  seconds=self._timeout, item=i, worker_id=None if h is None else h.worker_id,
-                                  pid=None if h is None else h.pid)
+                raise inbox.timeout(self._timeout, i, f"item {i}")
 
-    def _drain(self, h: WorkerHandle) -> None:
-        while True:
-            try:
-                if not h.readable():
-                    return
-                msg = h.recv()
-            except (EOFError, OSError):  # the worker died; its sentinel tells the rest
-                return
-            self._handle(h, msg)
+    # ----------------------------------------------------------------------- reading out of order
 
-    def _handle(self, h: WorkerHandle, msg) -> None:
-        if isinstance(msg, WorkerFailed):
-            report = pickle.loads(msg.report)
-            exc = _rebuild_error(report, f"seqloader: {msg.stage} failed in worker {h.worker_id} (pid {h.pid})")
-            self._fail(f"{msg.stage} failed in worker {h.worker_id}", exc)
-        while h.pending and h.pending[0][:2] != (msg.gen, msg.index):
-            h.pending.popleft()  # a reply lost to an interrupt: never wait for it
-        if not h.pending:  # pragma: no cover - defensive: a reply for no job
-            return
-        gen, index, sid = h.pending.popleft()
+    @property
+    def remaining(self) -> int:
+        """How many items :meth:`take` has still to return, from the read position to the end.
+
+        Raises:
+            ValueError: the read position is unknown (an indexed read was interrupted by
+                ``KeyboardInterrupt``): call :meth:`seek` first.
+
+        Example:
+            >>> from seqloader import prefetch
+            >>> with prefetch(range(5), num_workers=1) as p:
+            ...     p[0], p.remaining, p.take(), p.remaining, p.seek(5), p.remaining
+            (0, 4, (1, 1), 3, None, 0)
+        """
+        return self._take_window().remaining()
+
+    def take(self, *, window: int | None = None) -> tuple[int, Any]:
+        """The first item to complete among those not taken yet, as ``(index, value)``.
+
+        Takes every item from the read position (0, the item after the last indexed read, or
+        the :meth:`seek` position less its ``skip``) to the end exactly once, in completion
+        order. Item ``j`` is still computed by worker ``j % num_workers``, at most
+        ``prefetch_factor`` in flight per worker, and only items below ``watermark + window``
+        are submitted (the watermark: the smallest item not taken). So a slow item holds up
+        only its own worker's later items; what the other workers complete is returned at
+        once, up to the window's end (:mod:`seqloader.prefetcher.unordered`). An indexed read
+        afterwards seeks.
+
+        An item that raised re-raises its error as indexing does (type and message kept, a
+        note naming item, worker and pid, the remote traceback chained) with the attribute
+        ``exc.seqloader_index`` set to its index: that item counts as taken. Every other
+        error takes nothing; after ``KeyboardInterrupt`` the items in flight start again.
+
+        Args:
+            window: how far past the watermark items may be submitted; default
+                ``num_workers * prefetch_factor``. At most ``window - 1`` items above the
+                watermark are ever taken: that bounds a resume's ``skip`` (see :meth:`seek`).
+
+        Returns:
+            ``(index, seq[index])``.
+
+        Raises:
+            IndexError: every item has been taken (see :attr:`remaining`).
+            TypeError, ValueError: ``window`` is not a positive int; the Prefetch is closed; the
+                read position is unknown (see :attr:`remaining`).
+            ItemTimeout: no item completed within ``timeout`` seconds (the Prefetch stays usable).
+            WorkerDied: a worker died (the Prefetch is closed).
+            Exception: the item's own error, with ``seqloader_index`` set.
+
+        Example:
+            >>> from seqloader import prefetch
+            >>> class Check:
+            ...     def __len__(self): return 3
+            ...     def __getitem__(self, i):
+            ...         if i == 1: raise ValueError("bad item")
+            ...         return i * 10
+            >>> p = prefetch(Check(), num_workers=2)
+            >>> got = []
+            >>> while p.remaining:
+            ...     try:
+            ...         got.append(p.take())
+            ...     except ValueError as exc:
+            ...         got.append((exc.seqloader_index, "failed"))
+            >>> sorted(got, key=str)
+            [(0, 0), (1, 'failed'), (2, 20)]
+            >>> p.take()
+            Traceback (most recent call last):
+            IndexError: prefetch(num_workers=2, prefetch_factor=2, len=3): take() with every item taken; seek() to read again
+            >>> p.close()
+        """
+        self._check_open()
         crew = self._crew
-        crew.pool.mapped_by_worker(sid)
-        if isinstance(msg, Cancelled) or msg.gen != self._gen:
-            crew.pool.release(sid)
-        else:
-            self._ready[index] = (msg, h)
+        window = crew.num_workers * crew.prefetch_factor if window is None else \
+            check_positive_int("prefetch.take", "window", window)
+        if not crew.running:
+            self.start()
+        taker = self._taker_for_take()
+        if not taker.window.remaining():
+            raise IndexError(f"{self!r}: take() with every item taken; seek() to read again")
+        return taker.take(window, self._timeout)
 
-    def _worker_of(self, i: int) -> WorkerHandle | None:
-        for h in self._crew.handles:
-            if any(g == self._gen and j == i for g, j, _ in h.pending):
-                return h
-        return None
+    def _taker_for_take(self) -> Taker:
+        """The out-of-order reader, continuing an in-order read-ahead if there is one."""
+        if self._taker is None:
+            self._taker = Taker(self._inbox, self._crew, self._take_window())
+            self._next_read = self._next_submit = -1
+        return self._taker
 
-    def _fail_dead(self, h: WorkerHandle, i: int) -> None:
-        item = h.pending[0][1] if h.pending else None
-        what = f"while producing item {item}" if item is not None else f"while idle (reading item {i})"
-        msg = f"seqloader worker {h.worker_id} (pid {h.pid}) {h.exit_description()} {what}"
-        self._fail(msg, WorkerDied(f"{self!r}: {msg}", worker_id=h.worker_id, pid=h.pid,
-                                   exitcode=h.process.exitcode, item=item))
-
-    def _fail(self, why: str, exc: BaseException) -> None:
-        self._broken = why
-        self.close()
-        raise exc
-
-
-def _check_seq(op: str, seq: Any) -> int:
-    try:
-        return len(seq)
-    except TypeError:
-        raise TypeError(f"{op}: seq must be a sequence with len() and integer indexing "
-                        f"(got {type(seq).__name__})") from None
-
-
-def _resolve_context(ctx: Any):
-    if ctx is None:
-        return multiprocessing.get_context()
-    if isinstance(ctx, str):
-        methods = multiprocessing.get_all_start_methods()
-        if ctx not in methods:
-            raise ValueError(f"prefetch: multiprocessing_context {ctx!r} is not a start method here "
-                             f"(expected one of {', '.join(methods)}, or a multiprocessing context object)")
-        return multiprocessing.get_context(ctx)
-    if not (hasattr(ctx, "Process") and hasattr(ctx, "Pipe")):
-        raise TypeError(f"prefetch: multiprocessing_context must be None, a start method name or a "
-                        f"multiprocessing context (got {type(ctx).__name__})")
-    return ctx
-
-
-def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multiprocessing_context: Any = None,
-             worker_init_fn: Callable[[int], None] | None = None, timeout: float = 0,
-             shared: Any = None) -> Prefetch:
-    """Compute the items of ``seq`` ahead of the reader, in ``num_workers`` worker processes.
-
-    The result is ordered and index-addressable like ``seq``. Reading item ``i`` keeps items
-    ``i+1 .. i+num_workers*prefetch_factor`` in flight; reading any other item than the next
-    re-targets the workers (items in between are never computed). Workers start on the first
-    read and live until :meth:`Prefetch.close` (or ``with``/``del``/gc), across seeks and
-    :meth:`Prefetch.reset`. Arrays and tensors in items come back as views of shared memory
-    that stay valid as long as they are referenced.
-
-    Workers do nothing to the global RNGs: under ``fork`` they start with the parent's states,
-    so draw randomness with :func:`seqloader.rng_map` (a generator per item), or seed in
-    ``worker_init_fn``. ``seqloader.DataLoader`` does the seeding torch's ``DataLoader`` does.
-
-    Args:
-        seq: a sequence (``len`` and integer indexing); picklable for ``spawn``/``forkserver``.
-        num_workers: worker processes, ``>= 1`` (there is no in-process fallback: read ``seq``).
-        prefetch_factor: jobs in flight per worker, ``>= 1``.
-        multiprocessing_context: ``None`` (platform default), ``"fork"``, ``"spawn"``,
-            ``"forkserver"`` or a ``multiprocessing`` context object.
-        worker_init_fn: called as ``worker_init_fn(worker_id)`` in each worker before it
-            computes anything (an error there is raised by the first read, naming the worker).
-        timeout: seconds to wait for one item before ``RuntimeError``; ``0`` waits forever
-            (worker deaths are still detected at once).
-        shared: an object sent to each worker once, at start (typically the dataset that
-            every sequence passed to :meth:`Prefetch.reset` reads): a later sequence that
-            references it is pickled with a reference instead of a copy. Default: ``seq``.
-
-    Returns:
-        A :class:`Prefetch` of ``len(seq)`` items.
-
-    Raises:
-        TypeError: ``seq`` has no ``len``; an argument has the wrong type.
-        ValueError: ``num_workers < 1``, ``prefetch_factor < 1``, ``timeout < 0`` or an unknown
-            start method.
-
-    Example:
-        >>> with prefetch(range(10), num_workers=2) as p:
-        ...     p[0], p[-1], list(p[3:6])
-        (0, 9, [3, 4, 5])
-        >>> prefetch(range(10), num_workers=0)
-        Traceback (most recent call last):
-        ValueError: prefetch: num_workers must be a positive int (got 0); to evaluate in this process, read the sequence directly
-    """
-    _check_seq("prefetch", seq)
-    workers = _check_workers(num_workers)
-    prefetch_factor = check_positive_int("prefetch", "prefetch_factor", prefetch_factor)
-    ctx = _resolve_context(multiprocessing_context)
-    if worker_init_fn is not None and not callable(worker_init_fn):
-        raise TypeError(f"prefetch: worker_init_fn must be callable or None (got {type(worker_init_fn).__name__})")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"prefetch: timeout must be a number of seconds (got {type(timeout).__name__})")
-    if not timeout >= 0:
-        raise ValueError(f"prefetch: timeout must be >= 0 (got {timeout}); 0 waits forever")
-    return Prefetch(seq, workers, prefetch_factor, ctx, worker_init_fn, float(timeout), shared)
-
-
-def _check_workers(num_workers: Any) -> int:
-    n = check_int("prefetch", "num_workers", num_workers)
-    if n < 1:
-        raise ValueError(f"prefetch: num_workers must be a positive int (got {n}); to evaluate in this process, "
-                         "read the sequence directly")
-    return n
+    def _take_window(self) -> TakeWindow:
+        if self._taker is not None:
+            return self._taker.window
+        if self._next_read < 0:
+            raise ValueError(f"{self!r}: the read position is unknown after an interrupted read; "
+                             "call seek(position) before take()")
+        # The in-order read-ahead (items next_read .. next_submit-1) is kept, not recomputed.
+        return TakeWindow(self._len, self._crew.num_workers, self._next_read, submitted=self._next_submit,
+                          affinity=self._crew.affinity)

@@ -11,7 +11,10 @@ one result at a time from one worker to the parent. Ownership is never by conven
   ``mmap``), which ``mmap.resize`` uses to remap a grown slot.
 - Each slot belongs to **one worker** (the worker that maps it), which writes a result into it
   (:func:`write_payload`). A result larger than the slot grows it in place (``ftruncate`` by the
-  worker, remap by the parent); there is no size to tune and no silent pickling fallback.
+  worker, remap by the parent); there is no size to tune and no silent pickling fallback. Plain
+  dense CPU tensors and numpy arrays are written as out-of-band buffers; other tensors (nested,
+  sparse, quantized, subclasses, other devices) are pickled by torch's reduction into the same
+  slot (:func:`is_plain_tensor`).
 - The parent reads a result with :func:`read_payload`. Arrays and tensors in the result are
   *views* of the slot, kept alive by reference counting: every view holds a *lease* (a ctypes
   array over the slot's mapping) and the slot goes back to the pool only when the last view of
@@ -41,7 +44,7 @@ import torch
 
 from seqloader.prefetcher.messages import Payload
 
-__all__ = ["SHM_PREFIX", "SlotPool", "WorkerSlots", "read_payload", "write_payload"]
+__all__ = ["SHM_PREFIX", "SlotPool", "WorkerSlots", "is_plain_tensor", "read_payload", "write_payload"]
 
 #: Every segment seqloader creates starts with this (``tests/conftest.py`` checks for leaks).
 SHM_PREFIX = "seqloader_"
@@ -94,12 +97,29 @@ def _rebuild_tensor(buf, dtype, shape, requires_grad):
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
+def is_plain_tensor(obj: Any) -> bool:
+    """Whether ``obj`` is a plain dense CPU tensor, whose storage can be an out-of-band buffer.
+
+    Exactly ``torch.Tensor`` (no subclass: ``Parameter``, tensor wrappers), strided layout (not
+    sparse), neither nested nor quantized, on the CPU, without Python attributes. Every other
+    tensor is pickled by torch's own reduction, *in band*, into the same slot (its parts that
+    are plain tensors, such as a sparse tensor's indices and values, still travel out of band).
+
+    Example:
+        >>> is_plain_tensor(torch.ones(2, 3).t()), is_plain_tensor(torch.ones(2).to_sparse())
+        (True, False)
+        >>> is_plain_tensor(torch.nn.Parameter(torch.ones(2))), is_plain_tensor(torch.ones(2, device="meta"))
+        (False, False)
+    """
+    return (type(obj) is torch.Tensor and obj.layout is torch.strided and obj.device.type == "cpu"
+            and not obj.is_nested and not obj.is_quantized and not obj.__dict__)
+
+
 class _Pickler(pickle.Pickler):
-    """Protocol-5 pickler that sends dense CPU tensors out of band (numpy arrays already are)."""
+    """Protocol-5 pickler that sends plain CPU tensors out of band (numpy arrays already are)."""
 
     def reducer_override(self, obj):
-        if type(obj) is torch.Tensor and obj.layout is torch.strided and obj.device.type == "cpu" \
-                and not obj.is_quantized:
+        if is_plain_tensor(obj):
             t = obj.detach().resolve_conj().resolve_neg().contiguous()
             raw = t.reshape(-1).view(torch.uint8).numpy()
             return _rebuild_tensor, (pickle.PickleBuffer(raw), t.dtype, tuple(t.shape), obj.requires_grad)

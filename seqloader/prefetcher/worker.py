@@ -3,8 +3,9 @@
 A worker owns one sequence (replaced by :class:`~seqloader.prefetcher.messages.Retarget`), reads
 :class:`~seqloader.prefetcher.messages.Job` messages from its own pipe, computes ``seq[index]``
 and writes the result into the job's shared-memory slot (:mod:`seqloader.prefetcher.shm`). Set-up:
-SIGINT ignored, one intra-op torch thread, then ``worker_init_fn(worker_id)``; whatever else a
-worker needs (seeds, torch's ``WorkerInfo``) is the caller's ``worker_init_fn``'s business.
+SIGINT ignored, one intra-op torch thread, then ``worker_init_fn(worker_id)``, reported with
+:class:`~seqloader.prefetcher.messages.Ready` (or :class:`~seqloader.prefetcher.messages.WorkerFailed`);
+whatever else a worker needs (seeds, torch's ``WorkerInfo``) is the caller's ``worker_init_fn``'s business.
 The parent's side (process handles, the shutdown protocol) is in :mod:`seqloader.prefetcher.crew`.
 """
 
@@ -26,6 +27,7 @@ from seqloader.prefetcher.messages import (
     Failure,
     Forget,
     Job,
+    Ready,
     Result,
     Retarget,
     Stop,
@@ -165,6 +167,7 @@ def worker_main(config: WorkerConfig, jobs, results, shared: Any, seq: Any) -> N
     poller.register(jobs.fileno(), select.POLLIN)
     check_ms = int(PARENT_CHECK_INTERVAL * 1000)
     try:
+        send(results, Ready(config.worker_id))
         while True:
             if not pending:
                 while not poller.poll(check_ms):

@@ -245,3 +245,56 @@ def test_the_public_names_torchdata_code_imports():
     from seqloader.sampler import Stateful, StatefulDistributedSampler as S
 
     assert S is seqloader.StatefulDistributedSampler and isinstance(DataLoader([1], seed=0), Stateful)
+
+
+def _bad_init(worker_id):
+    raise ValueError(f"worker {worker_id} has no config")
+
+
+class SlowFirst(torch.utils.data.Dataset):
+    """Item 0 waits until the reader has received item 3 and sets ``release`` (a fork-shared
+    event): a straggler that certainly finishes after others, whatever the machine's load."""
+
+    def __init__(self):
+        import multiprocessing
+        self.release = multiprocessing.get_context("fork").Event()
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        if i == 0:
+            assert self.release.wait(60), "the reader never got item 3"
+        return i
+
+
+@pytest.mark.parametrize("iterable", [False, True])
+def test_a_failing_worker_init_fn_raises_at_iter(iterable):
+    ds = list(range(8)) if not iterable else torch.utils.data.IterableDataset.__new__(_Stream)
+    loader = DataLoader(ds, batch_size=2, num_workers=2, worker_init_fn=_bad_init, seed=0)
+    with pytest.raises(ValueError, match="has no config"):
+        iter(loader)
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(8))
+
+
+def test_in_order_false_yields_what_is_ready_and_resumes_each_batch_once():
+    ds = SlowFirst()
+    loader = DataLoader(ds, batch_size=None, num_workers=2, in_order=False, seed=0,
+                        multiprocessing_context="fork")
+    got, states = [], []
+    for x in loader:
+        got.append(int(x))
+        states.append(json_round_trip(loader.state_dict()))
+        if got[-1] == 3:
+            ds.release.set()
+    assert sorted(got) == list(range(10)) and got.index(3) < got.index(0)
+    k = got.index(3)  # a state taken while item 0 was still pending: watermark 0, 3 ahead
+    assert states[k]["position"] == 0 and 3 in states[k]["ahead"] and len(states[k]["ahead"]) < 4
+    for j, sd in enumerate(states):
+        resumed = DataLoader(list(range(10)), batch_size=None, num_workers=0, seed=0)
+        resumed.load_state_dict(sd)
+        assert sorted(int(x) for x in resumed) == sorted(set(range(10)) - set(got[:j + 1]))

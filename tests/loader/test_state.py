@@ -47,7 +47,7 @@ def test_json_small_and_same_keys_and_types_before_mid_and_after(kw):
 def test_state_values():
     sd = make().state_dict()
     assert sd == {"format": "seqloader.DataLoader", "version": 2, "seed": 3, "epoch": 0, "position": 0,
-                  "dataset_len": 10, "batch_size": 4, "drop_last": False, "shuffle": True,
+                  "ahead": [], "dataset_len": 10, "batch_size": 4, "drop_last": False, "shuffle": True,
                   "derivation": 2, "sampler_len": None, "sampler_epoch": None,
                   "sampler": None, "dataset": None, "iterable": None,
                   "saved_with": {"num_workers": 0, "world_size": 1}}
@@ -125,10 +125,10 @@ def test_migrations_upgrade_one_version_at_a_time(monkeypatch):
 
 def test_the_real_migration_from_version_1_keeps_every_meaning_and_names_derivation_1():
     v2 = make().state_dict()
-    v1 = {k: v for k, v in v2.items() if k not in ("derivation", "sampler_epoch")}
+    v1 = {k: v for k, v in v2.items() if k not in ("derivation", "sampler_epoch", "ahead")}
     v1["version"] = 1
     migrated = LoaderState.from_dict(v1).to_dict()
-    assert migrated == {**v2, "derivation": 1, "sampler_epoch": None}
+    assert migrated == {**v2, "derivation": 1, "sampler_epoch": None, "ahead": []}
 
 
 def test_stateful_sampler_substate_is_verbatim():

@@ -1,0 +1,74 @@
+"""``prefetch``: build a :class:`~seqloader.prefetcher.prefetch.Prefetch` (the public entry of L2)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from seqloader.errors import check_positive_int
+from seqloader.prefetcher.checks import check_seq, check_timeout, check_workers, resolve_context
+from seqloader.prefetcher.prefetch import Prefetch
+
+__all__ = ["prefetch"]
+
+
+def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multiprocessing_context: Any = None,
+             worker_init_fn: Callable[[int], None] | None = None, timeout: float = 0,
+             shared: Any = None, affinity: bool = True) -> Prefetch:
+    """Compute the items of ``seq`` ahead of the reader, in ``num_workers`` worker processes.
+
+    The result is ordered and index-addressable like ``seq``. Reading item ``i`` keeps items
+    ``i+1 .. i+num_workers*prefetch_factor`` in flight; reading any other item than the next
+    re-targets the workers (items in between are never computed). Workers start on the first
+    read (or :meth:`Prefetch.start`) and live until :meth:`Prefetch.close` (or
+    ``with``/``del``/gc), across seeks and :meth:`Prefetch.reset`. :meth:`Prefetch.take` reads
+    in completion order instead. Arrays and tensors in items come back as views of shared
+    memory that stay valid as long as they are referenced.
+
+    Workers do nothing to the global RNGs: under ``fork`` they start with the parent's states,
+    so draw randomness with :func:`seqloader.rng_map` (a generator per item), or seed in
+    ``worker_init_fn``. ``seqloader.DataLoader`` does the seeding torch's ``DataLoader`` does.
+
+    Args:
+        seq: a sequence (``len`` and integer indexing); picklable for ``spawn``/``forkserver``.
+        num_workers: worker processes, ``>= 1`` (there is no in-process fallback: read ``seq``).
+        prefetch_factor: jobs in flight per worker, ``>= 1``.
+        multiprocessing_context: ``None`` (platform default), ``"fork"``, ``"spawn"``,
+            ``"forkserver"`` or a ``multiprocessing`` context object.
+        worker_init_fn: called as ``worker_init_fn(worker_id)`` in each worker before it
+            computes anything (an error there is raised by :meth:`Prefetch.start` or the
+            first read, naming the worker).
+        timeout: seconds to wait for one item (:meth:`Prefetch.take`: for any item) before
+            :class:`ItemTimeout`; ``0`` waits forever (worker deaths are still detected at once).
+        shared: an object sent to each worker once, at start (typically the dataset that
+            every sequence passed to :meth:`Prefetch.reset` reads): a later sequence that
+            references it is pickled with a reference instead of a copy. Default: ``seq``.
+        affinity: ``True`` (default): item ``i`` is computed by worker ``i % num_workers``,
+            torch's assignment (a worker may then keep per-process state for its items).
+            ``False``: by any worker with room (the least busy), so under :meth:`Prefetch.take`
+            a slow item holds up no other item.
+
+    Returns:
+        A :class:`Prefetch` of ``len(seq)`` items.
+
+    Raises:
+        TypeError: ``seq`` has no ``len``; an argument has the wrong type.
+        ValueError: ``num_workers < 1``, ``prefetch_factor < 1``, ``timeout < 0`` or an unknown
+            start method.
+
+    Example:
+        >>> with prefetch(range(10), num_workers=2) as p:
+        ...     p[0], p[-1], list(p[3:6])
+        (0, 9, [3, 4, 5])
+        >>> prefetch(range(10), num_workers=0)
+        Traceback (most recent call last):
+        ValueError: prefetch: num_workers must be a positive int (got 0); to evaluate in this process, read the sequence directly
+    """
+    check_seq("prefetch", seq)
+    workers = check_workers(num_workers)
+    prefetch_factor = check_positive_int("prefetch", "prefetch_factor", prefetch_factor)
+    ctx = resolve_context(multiprocessing_context)
+    if worker_init_fn is not None and not callable(worker_init_fn):
+        raise TypeError(f"prefetch: worker_init_fn must be callable or None (got {type(worker_init_fn).__name__})")
+    if not isinstance(affinity, bool):
+        raise TypeError(f"prefetch: affinity must be a bool (got {type(affinity).__name__})")
+    return Prefetch(seq, workers, prefetch_factor, ctx, worker_init_fn, check_timeout(timeout), shared, affinity)

@@ -1,0 +1,93 @@
+"""What a :class:`~seqloader.prefetcher.prefetch.Prefetch` raises when something goes wrong.
+
+Two infrastructure errors (:class:`WorkerDied`, :class:`ItemTimeout`, both ``RuntimeError``), and
+:func:`rebuild_error`, which turns a worker's error report back into the user's own exception:
+same type and message, a note naming the item or stage, worker and pid, and the worker-side
+traceback chained as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from seqloader.errors import add_note
+
+__all__ = ["INDEX_ATTR", "ItemTimeout", "RemoteTraceback", "WorkerDied", "rebuild_error"]
+
+#: The attribute a read sets on an item's error: the index of the item that raised it.
+INDEX_ATTR = "seqloader_index"
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended (signal, ``os._exit``, crash) while the reader needed it.
+
+    Attributes:
+        worker_id, pid: which worker.
+        exitcode: its exit status (negative: killed by signal ``-exitcode``; ``None``: unknown).
+        item: the item it was producing, or ``None`` if it was idle or setting up.
+    """
+
+    def __init__(self, message: str, *, worker_id: int, pid: int, exitcode: int | None,
+                 item: int | None):
+        super().__init__(message)
+        self.worker_id, self.pid, self.exitcode, self.item = worker_id, pid, exitcode, item
+
+
+class ItemTimeout(RuntimeError):
+    """Waiting for one item took longer than ``timeout`` seconds; the ``Prefetch`` stays usable.
+
+    Attributes:
+        seconds: the timeout; item: the item waited for (for :meth:`Prefetch.take`: the oldest
+        item in flight); worker_id, pid: its worker, if known.
+    """
+
+    def __init__(self, message: str, *, seconds: float, item: int, worker_id: int | None,
+                 pid: int | None):
+        super().__init__(message)
+        self.seconds, self.item, self.worker_id, self.pid = seconds, item, worker_id, pid
+
+
+class RemoteTraceback(Exception):
+    """The worker-side traceback of an item's error, chained as ``__cause__`` in the reader."""
+
+    def __init__(self, tb: str):
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.tb}"""'
+
+
+def rebuild_error(report: dict, note: str, index: int | None = None) -> BaseException:
+    """The exception described by a worker's error report (``worker.error_report``).
+
+    Args:
+        report: the report; its ``exc`` is used when it survived pickling, else ``type(message)``,
+            else ``RuntimeError("TypeName: message")``.
+        note: added with :func:`~seqloader.errors.add_note`.
+        index: when given, stored as the attribute ``seqloader_index`` (:data:`INDEX_ATTR`).
+
+    Returns:
+        The exception, ready to raise, with the remote traceback as ``__cause__``.
+
+    Example:
+        >>> report = {"exc": None, "type": KeyError, "type_name": "KeyError", "message": "'k'",
+        ...           "traceback": "Traceback ...\\nKeyError: 'k'\\n"}
+        >>> e = rebuild_error(report, "seqloader: raised while computing item 3", index=3)
+        >>> type(e).__name__, e.seqloader_index, e.__notes__
+        ('KeyError', 3, ['seqloader: raised while computing item 3'])
+        >>> report["type"] = None  # its class did not survive pickling
+        >>> rebuild_error(report, "note")
+        RuntimeError("KeyError: 'k'")
+    """
+    exc = report["exc"]
+    if exc is None and report["type"] is not None:
+        try:
+            exc = report["type"](report["message"])
+        except Exception:
+            exc = None
+    if exc is None:
+        exc = RuntimeError(f"{report['type_name']}: {report['message']}")
+    add_note(exc, note)
+    if index is not None:
+        setattr(exc, INDEX_ATTR, index)
+    exc.__cause__ = RemoteTraceback(report["traceback"])
+    return exc

@@ -1,0 +1,161 @@
+"""The reader's side of the result pipes: replies of the current generation and the one bounded wait.
+
+An :class:`Inbox` belongs to one :class:`~seqloader.prefetcher.prefetch.Prefetch`. It holds the
+generation number, the completed items of that generation (in the order their replies were
+handled), and :meth:`Inbox.pump`: the single wait every reader uses (in-order reads,
+:meth:`~seqloader.prefetcher.prefetch.Prefetch.take` and
+:meth:`~seqloader.prefetcher.prefetch.Prefetch.start`). A pump is one ``poll`` on every result
+pipe *and* every process sentinel, at most :data:`STATUS_CHECK_INTERVAL` seconds long, followed
+by a liveness check; a dead worker or a failed set-up closes the workers and raises (see the
+shutdown NOTE in :mod:`seqloader.prefetcher.crew`).
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from typing import NoReturn
+
+from seqloader.prefetcher.crew import Crew, WorkerHandle
+from seqloader.prefetcher.faults import ItemTimeout, WorkerDied, rebuild_error
+from seqloader.prefetcher.messages import Cancelled, Failure, Ready, WorkerFailed
+from seqloader.prefetcher.shm import read_and_release
+
+__all__ = ["START_TIMEOUT", "STATUS_CHECK_INTERVAL", "Inbox"]
+
+#: Longest single wait (seconds) before the reader re-checks that every worker is alive.
+STATUS_CHECK_INTERVAL = 5.0
+#: How long :meth:`Prefetch.start` waits for every worker's set-up (or ``timeout``, if longer).
+START_TIMEOUT = 300.0
+
+
+class Inbox:
+    """Replies for one reader: ``ready`` maps item index -> ``(Result or Failure, worker)``.
+
+    ``label`` is the owner's ``repr``, used in messages (the owner updates it when its length
+    changes). ``broken`` says why the workers were closed after an error, if they were.
+    """
+
+    def __init__(self, crew: Crew, label: str):
+        self.crew, self.label = crew, label
+        self.gen = 0
+        self.ready: dict[int, tuple] = {}
+        self.broken: str | None = None
+
+    def new_generation(self) -> None:
+        """Queued jobs become stale, unread results are dropped (their slots released)."""
+        self.gen += 1
+        for msg, _ in self.ready.values():
+            self.crew.pool.release(msg.payload.slot_id)
+        self.ready.clear()
+
+    def pump(self, wait_s: float, reading: int | None) -> bool:
+        """Wait up to ``wait_s`` (at most :data:`STATUS_CHECK_INTERVAL`) and handle what came.
+
+        Args:
+            wait_s: seconds to wait for a reply or a worker's exit.
+            reading: the item the reader waits for, for messages (``None``: none).
+
+        Returns:
+            Whether any reply or exit woke the wait.
+
+        Raises:
+            WorkerDied: a worker is gone (the workers are closed first).
+            Exception: a worker's set-up failed: its own error (the workers are closed first).
+        """
+        crew = self.crew
+        events = crew.poll(min(wait_s, STATUS_CHECK_INTERVAL))
+        dead = [h for h, is_sentinel in events if is_sentinel]
+        if not events:
+            dead = [h for h in crew.handles if not h.process.is_alive()]
+        for h in {h for h, _ in events} | set(dead):
+            self.drain(h)
+        if dead:
+            self.fail_dead(dead[0], reading)
+        return bool(events)
+
+    def wait_started(self, limit: float) -> None:
+        """Wait until every worker has sent :class:`Ready`, bounded by ``limit`` s and liveness."""
+        crew = self.crew
+        deadline = time.monotonic() + limit
+        while not all(h.set_up for h in crew.handles):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                late = ", ".join(f"{h.worker_id} (pid {h.pid})" for h in crew.handles if not h.set_up)
+                self.fail("set-up timed out", RuntimeError(
+                    f"{self.label}: worker(s) {late} did not finish their set-up (start method, "
+                    f"worker_init_fn) within {limit:g} seconds; look at what worker_init_fn does"))
+            self.pump(left, None)
+        crew.running = True
+
+    def drain(self, h: WorkerHandle) -> None:
+        """Handle every reply waiting on ``h``'s result pipe."""
+        while True:
+            try:
+                if not h.readable():
+                    return
+                msg = h.recv()
+            except (EOFError, OSError):  # the worker died; its sentinel tells the rest
+                return
+            self.handle(h, msg)
+
+    def handle(self, h: WorkerHandle, msg) -> None:
+        if isinstance(msg, Ready):
+            h.set_up = True
+            return
+        if isinstance(msg, WorkerFailed):
+            report = pickle.loads(msg.report)
+            exc = rebuild_error(report, f"seqloader: {msg.stage} failed in worker {h.worker_id} (pid {h.pid})")
+            self.fail(f"{msg.stage} failed in worker {h.worker_id}", exc)
+        while h.pending and h.pending[0][:2] != (msg.gen, msg.index):
+            h.pending.popleft()  # a reply lost to an interrupt: never wait for it
+        if not h.pending:  # pragma: no cover - defensive: a reply for no job
+            return
+        gen, index, sid = h.pending.popleft()
+        pool = self.crew.pool
+        pool.mapped_by_worker(sid)
+        if isinstance(msg, Cancelled) or msg.gen != self.gen:
+            pool.release(sid)
+        else:
+            self.ready[index] = (msg, h)
+
+    def worker_of(self, i: int) -> WorkerHandle | None:
+        """The worker computing item ``i`` of the current generation, if any."""
+        for h in self.crew.handles:
+            if any(g == self.gen and j == i for g, j, _ in h.pending):
+                return h
+        return None
+
+    def item_error(self, failure: Failure, i: int, h: WorkerHandle) -> BaseException:
+        """The error item ``i`` raised in worker ``h``, rebuilt from its slot (released)."""
+        report = read_and_release(failure.payload, self.crew.pool)
+        return rebuild_error(report, f"seqloader: raised while computing item {i} of {self.label} in worker "
+                                     f"{h.worker_id} (pid {h.pid})", index=i)
+
+    def timeout(self, seconds: float, item: int, waiting_for: str) -> ItemTimeout:
+        """The error for a wait longer than ``seconds`` (the reader stays usable)."""
+        h = self.worker_of(item)
+        who = f" from worker {h.worker_id} (pid {h.pid})" if h is not None else ""
+        return ItemTimeout(f"{self.label}: timed out after {seconds} seconds waiting for {waiting_for}"
+                           f"{who}; increase timeout= or look at what the worker is doing",
+                           seconds=seconds, item=item, worker_id=None if h is None else h.worker_id,
+                           pid=None if h is None else h.pid)
+
+    def fail_dead(self, h: WorkerHandle, reading: int | None) -> NoReturn:
+        item = h.pending[0][1] if h.pending else None
+        if item is not None:
+            what = f"while producing item {item}"
+        elif not h.set_up:
+            what = "while starting (before its set-up and worker_init_fn finished)"
+        else:
+            what = "while idle" + (f" (reading item {reading})" if reading is not None else "")
+        msg = f"seqloader worker {h.worker_id} (pid {h.pid}) {h.exit_description()} {what}"
+        self.fail(msg, WorkerDied(f"{self.label}: {msg}", worker_id=h.worker_id, pid=h.pid,
+                                  exitcode=h.process.exitcode, item=item))
+
+    def fail(self, why: str, exc: BaseException) -> NoReturn:
+        """Close the workers and slots (the shutdown protocol), then raise ``exc``."""
+        self.broken = why
+        self.ready.clear()
+        self.crew.close()
+        raise exc

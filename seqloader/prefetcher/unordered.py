@@ -1,0 +1,182 @@
+"""Reading in completion order: the bookkeeping and the wait behind :meth:`Prefetch.take`.
+
+:class:`TakeWindow` is pure bookkeeping (no processes): a *watermark* ``low`` below which every
+item has been taken (or skipped), the few items above it already taken, and, per worker, the
+next item to submit. Item ``j`` still goes to worker ``j % num_workers``; a worker gets its items
+in increasing order, at most ``prefetch_factor`` at a time, and only items below ``low +
+window``. So a slow item (a *straggler*) holds up its own worker's queue, while every other
+worker goes on with its items up to ``window`` positions past the straggler; and ``low`` plus
+the taken items above it (fewer than ``window``) are the whole progress, which is what a resume
+needs (:meth:`Prefetch.seek` with ``skip``).
+
+:class:`Taker` joins a window to the workers: it submits what the window allows and waits
+(bounded, with the liveness checks of :class:`~seqloader.prefetcher.inbox.Inbox`) for the first
+completed item.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import AbstractSet, Any
+
+from seqloader.errors import add_note
+from seqloader.prefetcher.crew import Crew
+from seqloader.prefetcher.faults import INDEX_ATTR
+from seqloader.prefetcher.inbox import STATUS_CHECK_INTERVAL, Inbox
+from seqloader.prefetcher.messages import Result
+from seqloader.prefetcher.shm import read_and_release
+
+__all__ = ["TakeWindow", "Taker"]
+
+
+class TakeWindow:
+    """Which items ``take`` has returned and which it submits next; see the module docstring.
+
+    Args:
+        length: the sequence's length.
+        num_workers: workers; item ``j`` belongs to worker ``j % num_workers``.
+        start: the first item to take.
+        skip: items at or after ``start`` that are already taken (never submitted).
+        submitted: items ``start .. submitted-1`` are already in flight (an in-order read
+            ahead that ``take`` continues); default ``start``.
+
+    Example:
+        >>> w = TakeWindow(10, num_workers=2, start=3, skip={4, 6})
+        >>> w.low, w.remaining()
+        (3, 5)
+        >>> w.next_items(worker_id=0, room=2, window=4), w.next_items(worker_id=1, room=2, window=4)
+        ([], [3, 5])
+        >>> w.taken(5); w.taken(3)
+        >>> w.low, w.remaining(), w.next_items(worker_id=0, room=2, window=4)
+        (7, 3, [8])
+    """
+
+    def __init__(self, length: int, num_workers: int, start: int, skip: AbstractSet[int] = frozenset(),
+                 submitted: int | None = None, affinity: bool = True):
+        self.length, self.low = length, start
+        self.done = set(skip)  # taken items above low
+        self._n, self.affinity = num_workers, affinity
+        first = start if submitted is None else submitted
+        self._next = [first + (w - first) % num_workers for w in range(num_workers)]
+        self._cursor = first  # without affinity: the next item to submit, to any worker
+        self._advance()
+
+    def remaining(self) -> int:
+        """Items not taken yet."""
+        return self.length - self.low - len(self.done)
+
+    def taken(self, i: int) -> None:
+        """Item ``i`` (submitted, not taken before) has been returned."""
+        self.done.add(i)
+        self._advance()
+
+    def untaken(self, i: int) -> None:
+        """Undo :meth:`taken` (an interrupted ``take``): ``i`` is not taken after all."""
+        if i < self.low:
+            self.low, self.done = i, self.done | set(range(i + 1, self.low))
+        else:
+            self.done.discard(i)
+
+    def _advance(self) -> None:
+        # One assignment of both attributes, so that a KeyboardInterrupt cannot split it.
+        low = end = self.low
+        while end in self.done:
+            end += 1
+        if end > low:
+            self.low, self.done = end, self.done.difference(range(low, end))
+
+    def next_items(self, worker_id: int, room: int, window: int) -> list[int]:
+        """Claim up to ``room`` items of ``worker_id`` to submit, all below ``low + window``
+        (without affinity: the next items of anyone)."""
+        low = self.low
+        limit = min(self.length, low + window)
+        out: list[int] = []
+        if not self.affinity:
+            j = max(self._cursor, low)
+            while len(out) < room and j < limit:
+                if j not in self.done:
+                    out.append(j)
+                j += 1
+            self._cursor = j
+            return out
+        j = self._next[worker_id]
+        if j < low:  # items below low are all taken or skipped (skipped ones are not in done)
+            j = low + (worker_id - low) % self._n
+        while len(out) < room and j < limit:
+            if j not in self.done:
+                out.append(j)
+            j += self._n
+        self._next[worker_id] = j
+        return out
+
+    def restarted(self) -> "TakeWindow":
+        """The same progress with nothing in flight (for a new generation)."""
+        return TakeWindow(self.length, self._n, self.low, frozenset(self.done), affinity=self.affinity)
+
+
+class Taker:
+    """Out-of-order reading on an :class:`Inbox`: submits what its window allows, takes what completes."""
+
+    def __init__(self, inbox: Inbox, crew: Crew, window: TakeWindow):
+        self.inbox, self.crew, self.window = inbox, crew, window
+
+    def take(self, window: int, timeout: float) -> tuple[int, Any]:
+        """``(index, value)`` of the first item to complete (see :meth:`Prefetch.take`).
+
+        An item is marked taken before its value is read, and unmarked if ``KeyboardInterrupt``
+        comes before ``take`` returns: the interrupted call returns nothing, so the item comes
+        again. An interrupt also starts a new generation: the items in flight are computed again.
+        """
+        i = None
+        try:
+            i, msg, h = self._next_ready(window, timeout)
+            self.window.taken(i)
+            ok = isinstance(msg, Result)
+            out = self._read(msg, i) if ok else self.inbox.item_error(msg, i, h)
+            self.fill(window)
+        except KeyboardInterrupt:
+            if i is not None:
+                self.window.untaken(i)
+            self.inbox.new_generation()  # replies half-handled by the interrupt are dropped
+            self.window = self.window.restarted()
+            raise
+        if ok:
+            return i, out
+        raise out
+
+    def fill(self, window: int) -> None:
+        """Submit every item the window allows to every worker with room for it."""
+        crew, w = self.crew, self.window
+        for h in crew.handles:
+            room = crew.prefetch_factor - len(h.pending)
+            if room <= 0:
+                continue
+            for j in w.next_items(h.worker_id, room, window):
+                try:
+                    crew.submit(h, self.inbox.gen, j)
+                except OSError:  # its pipe is broken: the worker is gone
+                    self.inbox.fail_dead(h, w.low)
+
+    def _next_ready(self, window: int, timeout: float) -> tuple:
+        """Wait (bounded, liveness-checked) for a completed item; pop it: ``(index, reply, worker)``."""
+        inbox = self.inbox
+        self.fill(window)
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        while not inbox.ready:
+            wait_s = STATUS_CHECK_INTERVAL if deadline is None else max(0.0, deadline - time.monotonic())
+            events = inbox.pump(wait_s, self.window.low)
+            self.fill(window)
+            if not events and deadline is not None and time.monotonic() >= deadline and not inbox.ready:
+                low = self.window.low
+                raise inbox.timeout(timeout, low, f"any item to complete (the oldest not taken is item {low})")
+        i = next(iter(inbox.ready))
+        msg, h = inbox.ready.pop(i)
+        return i, msg, h
+
+    def _read(self, msg: Result, i: int) -> Any:
+        try:
+            return read_and_release(msg.payload, self.crew.pool)
+        except Exception as exc:  # e.g. a class that exists only in the worker: the item is taken
+            add_note(exc, f"seqloader: raised while reading item {i} of {self.inbox.label} from its slot")
+            setattr(exc, INDEX_ATTR, i)
+            raise
