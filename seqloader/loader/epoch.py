@@ -8,6 +8,7 @@ in order, from the main process or from the :class:`~seqloader.prefetcher.prefet
 
 from __future__ import annotations
 
+import errno
 import signal
 import warnings
 from typing import Any, Optional
@@ -21,7 +22,8 @@ from seqloader.loader.seeding import preserved_globals
 from seqloader.loader.stats import LoaderStats
 from seqloader.prefetcher.prefetch import ItemTimeout, WorkerDied
 
-__all__ = ["LoaderIterator", "MapIterator", "pin_device", "superseded_error", "torch_worker_error"]
+__all__ = ["LoaderIterator", "MapIterator", "is_open_files_error", "open_files_error", "pin_device",
+           "superseded_error", "torch_worker_error"]
 
 
 def superseded_error() -> RuntimeError:
@@ -50,6 +52,27 @@ def torch_worker_error(exc: RuntimeError, timeout: float, batch: int) -> Runtime
         head = f"DataLoader worker (pid(s) {exc.pid}) exited unexpectedly. "
     doing = f"while producing batch {exc.item}" if exc.item is not None else "while idle"
     return RuntimeError(f"{head}seqloader: worker {exc.worker_id} (pid {exc.pid}) died {doing} ({exc})")
+
+
+def open_files_error(exc: OSError) -> RuntimeError:
+    """torch's advice for running out of file descriptors (code matches on it), made true for
+    seqloader's slots.
+
+    Example:
+        >>> "ulimit -n" in str(open_files_error(OSError(24, "Too many open files")))
+        True
+    """
+    return RuntimeError(
+        "Too many open files: every batch still referenced holds a shared-memory slot (one file "
+        "descriptor in the reading process and one in its worker). Please increase the limit "
+        "using `ulimit -n` in the shell, or keep copies (`batch.clone()`) instead of the batches; "
+        "torch's `torch.multiprocessing.set_sharing_strategy('file_system')` does not apply to "
+        f"seqloader's slots ({exc})")
+
+
+def is_open_files_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is ``EMFILE``/``ENFILE``: no file descriptor left."""
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
 def pin_device(loader: Any) -> Optional[str]:
@@ -119,6 +142,10 @@ class MapIterator(LoaderIterator):
         self._source = source  # seq itself, or a Prefetch over it
         self._owns_source = source is not seq and not loader._workers.is_persistent(source)
         self._unordered = source is not seq and not loader.in_order
+        # out of order, batches may be yielded up to this far past the oldest one not yet
+        # yielded: 4x torch's in-flight bound, so a fast worker runs well ahead of a stuck one
+        # while the state's 'ahead' list stays short
+        self._window = 4 * loader.num_workers * (loader.prefetch_factor or 2)
         if self._unordered:
             source.seek(0, skip=skip)
         self._pin_device = pin_device
@@ -155,11 +182,13 @@ class MapIterator(LoaderIterator):
     def _read(self) -> tuple[int, Any]:
         if self._unordered:
             try:
-                b, batch = self._source.take()
+                b, batch = self._source.take(window=self._window)
             except (WorkerDied, ItemTimeout) as exc:
                 raise torch_worker_error(exc, self._loader.timeout, self._low) from exc
             except Exception as exc:
                 self._yielded(getattr(exc, "seqloader_index", None))
+                if is_open_files_error(exc):
+                    raise open_files_error(exc) from exc
                 raise
             self._yielded(b)
             return b, batch
@@ -172,6 +201,11 @@ class MapIterator(LoaderIterator):
                 batch = self._source[b]
         except (WorkerDied, ItemTimeout) as exc:  # infrastructure: nothing was consumed
             raise torch_worker_error(exc, self._loader.timeout, b) from exc
+        except OSError as exc:
+            if is_open_files_error(exc):
+                raise open_files_error(exc) from exc
+            self._yielded(b)
+            raise
         except Exception:  # the batch's own error: it is consumed
             self._yielded(b)
             raise

@@ -32,7 +32,8 @@ from torch.utils.data import default_collate, default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
 from seqloader.errors import annotate
-from seqloader.loader.epoch import LoaderIterator, superseded_error, torch_worker_error
+from seqloader.loader.epoch import (LoaderIterator, is_open_files_error, open_files_error, superseded_error,
+                                    torch_worker_error)
 from seqloader.loader.progress import Progress
 from seqloader.loader.seeding import preserved_globals, seed_globals
 from seqloader.loader.state import is_stateful
@@ -227,6 +228,10 @@ class IterableIterator(LoaderIterator):
             return self._source[i]
         except (WorkerDied, ItemTimeout) as exc:
             raise torch_worker_error(exc, self._loader.timeout, i) from exc
+        except OSError as exc:
+            if is_open_files_error(exc):
+                raise open_files_error(exc) from exc
+            raise
 
     def _next(self) -> Any:
         if self._done:

@@ -151,10 +151,12 @@ class Ready:
 
 @dataclass(frozen=True)
 class WorkerFailed:
-    """The worker could not set up (``stage``: ``"worker_init_fn"`` or ``"reset"``) and exits.
+    """The worker cannot go on (``stage``: ``"worker_init_fn"``, ``"reset"`` or ``"mapping shared
+    memory"``) and exits.
 
     For ``"worker_init_fn"`` it takes the place of :class:`Ready`; for ``"reset"`` (a
-    :class:`Retarget` whose sequence could not be unpickled) it comes among the replies to jobs.
+    :class:`Retarget` whose sequence could not be unpickled) and ``"mapping shared memory"`` (a
+    job's slot could not be mapped, e.g. too many open files) it comes among the replies to jobs.
 
     ``report`` is a pickled error report as in :class:`Failure`.
     """

@@ -145,17 +145,23 @@ class Taker:
         raise out
 
     def fill(self, window: int) -> None:
-        """Submit every item the window allows to every worker with room for it."""
+        """Submit every item the window allows to every worker with room for it (without
+        affinity: one item at a time round the workers, as torch hands out indices)."""
         crew, w = self.crew, self.window
-        for h in crew.handles:
-            room = crew.prefetch_factor - len(h.pending)
-            if room <= 0:
-                continue
-            for j in w.next_items(h.worker_id, room, window):
-                try:
-                    crew.submit(h, self.inbox.gen, j)
-                except OSError:  # its pipe is broken: the worker is gone
-                    self.inbox.fail_dead(h, w.low)
+        while True:
+            submitted = False
+            for h in crew.handles:
+                room = crew.prefetch_factor - len(h.pending)
+                if room <= 0:
+                    continue
+                for j in w.next_items(h.worker_id, room if w.affinity else 1, window):
+                    submitted = True
+                    try:
+                        crew.submit(h, self.inbox.gen, j)
+                    except OSError:  # its pipe is broken: the worker is gone
+                        self.inbox.fail_dead(h, w.low)
+            if w.affinity or not submitted:
+                return
 
     def _next_ready(self, window: int, timeout: float) -> tuple:
         """Wait (bounded, liveness-checked) for a completed item; pop it: ``(index, reply, worker)``."""

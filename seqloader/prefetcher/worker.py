@@ -194,7 +194,11 @@ def worker_main(config: WorkerConfig, jobs, results, shared: Any, seq: Any) -> N
                     send(results, WorkerFailed("reset", pickle.dumps(error_report(exc))))
                     return
             elif isinstance(msg, Job):
-                slots.open(msg.slot_id, msg.slot_name)
+                try:
+                    slots.open(msg.slot_id, msg.slot_name)
+                except OSError as exc:  # e.g. EMFILE: every slot the reader still holds is mapped here
+                    send(results, WorkerFailed("mapping shared memory", pickle.dumps(error_report(exc))))
+                    return
                 if msg.gen < latest:
                     send(results, Cancelled(msg.gen, msg.index, msg.slot_id))
                 else:

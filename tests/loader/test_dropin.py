@@ -298,3 +298,37 @@ def test_in_order_false_yields_what_is_ready_and_resumes_each_batch_once():
         resumed = DataLoader(list(range(10)), batch_size=None, num_workers=0, seed=0)
         resumed.load_state_dict(sd)
         assert sorted(int(x) for x in resumed) == sorted(set(range(10)) - set(got[:j + 1]))
+
+
+_FD_SCRIPT = """
+import resource, torch
+from seqloader import DataLoader
+
+class Random(torch.utils.data.{kind}):
+    def __len__(self):
+        return 200
+    def __getitem__(self, i):
+        return torch.randn(2, 2)
+    def __iter__(self):
+        return (torch.randn(2, 2) for _ in range(200))
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (100, 100))
+kept = []
+try:
+    for t in DataLoader(Random(), batch_size=None, num_workers=1, multiprocessing_context="fork"):
+        kept.append(t)   # every batch kept alive holds its slot
+    print("ok")
+except RuntimeError as e:
+    assert "ulimit -n" in str(e) and "set_sharing_strategy" in str(e), e
+    print("advice")
+"""
+
+
+@pytest.mark.parametrize("kind", ["Dataset", "IterableDataset"])
+def test_running_out_of_file_descriptors_gives_torchs_advice(kind):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _FD_SCRIPT.format(kind=kind)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "advice", out.stderr[-3000:]
