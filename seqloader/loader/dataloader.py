@@ -182,6 +182,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         if self.num_workers > 0 and len(seq) > 0:
             source = self._workers.open(self, seq, epoch, affinity=self.in_order)
             source.start()  # like torch: a failing worker_init_fn raises here, at iter()
+            self._stats.attach(source)
         return MapIterator(self, progress, generation, seq, source, device, skip)
 
     def _check_seed_is_shared(self) -> None:
@@ -213,6 +214,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             (2, True)
         """
         stats = self._stats
+        stats.refresh()
         cur = stats.current
         hint = None if cur is None else cur.hint(self.num_workers, os.cpu_count())
         return {"current": None if cur is None else cur.as_dict(),

@@ -217,6 +217,7 @@ class IterableIterator(LoaderIterator):
             self._source = loader._workers.open(loader, self._seq, progress.epoch)
             self._owns_source = not loader._workers.is_persistent(self._source)
             self._source.start()  # like torch: a failing worker_init_fn raises here, at iter()
+            loader._stats.attach(self._source)
         self._ended = {w for w, s in enumerate(saved.workers) if s["exhausted"]}
         self._done = False
 

@@ -98,15 +98,35 @@ class LoaderStats:
         self.resumes = 0         # load_state_dict calls that an iterator then resumed
         self.log_every_s: Optional[float] = None
         self._returned: Optional[float] = None   # when the latest next() returned
+        self._source: Any = None                 # the epoch's Prefetch, and its counters at the start
+        self._base: Optional[dict] = None
         self._logged = time.perf_counter()
 
     def begin(self, epoch: int, resumed: bool = False) -> None:
         """A new iterator: a new current epoch (the previous one becomes ``last``)."""
         if self.current is not None and self.current.batches:
+            self.refresh()
             self.last = self.current
         self.current = EpochStats(epoch)
         self.resumes += int(resumed)
         self._returned = None
+        self._source = self._base = None
+
+    def attach(self, source: Any) -> None:
+        """The epoch reads a ``Prefetch``: its counters from now on are the epoch's worker numbers."""
+        self._source, self._base = source, source.counters()
+
+    def refresh(self) -> None:
+        """Copy the workers' numbers since :meth:`attach` into the current epoch."""
+        if self._source is None or self.current is None:
+            return
+        now, base = self._source.counters(), self._base
+        cur = self.current
+        cur.workers = [{"busy_s": w["busy_s"] - b["busy_s"], "items": w["items"] - b["items"]}
+                       for w, b in zip(now["workers"], base["workers"])]
+        reads = now["reads"] - base["reads"]
+        cur.ready_mean = (now["ready_sum"] - base["ready_sum"]) / reads if reads else 0.0
+        cur.shm_bytes = now["shm_bytes"] - base["shm_bytes"]
 
     def start(self) -> float:
         """A ``next()`` begins: the time since the previous one returned was the loop's work."""

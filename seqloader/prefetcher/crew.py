@@ -191,6 +191,7 @@ class WorkerHandle:
         self.sentinel = self.process.sentinel
         self.pending: collections.deque = collections.deque()  # (gen, index, slot_id)
         self.set_up = False  # it has sent Ready
+        self.busy_s, self.items = 0.0, 0  # time spent computing items, and how many
         self._poll = select.poll()
         self._poll.register(self.results.fileno(), select.POLLIN)
 

@@ -41,6 +41,9 @@ class Inbox:
         self.gen = 0
         self.ready: dict[int, tuple] = {}
         self.broken: str | None = None
+        self.shm_bytes = 0   # bytes of replies that came through shared-memory slots
+        self.reads = 0       # items read ...
+        self.ready_sum = 0   # ... and how many were already computed at each read (read-ahead used)
 
     def new_generation(self) -> None:
         """Queued jobs become stale, unread results are dropped (their slots released)."""
@@ -107,12 +110,21 @@ class Inbox:
             report = pickle.loads(msg.report)
             exc = rebuild_error(report, f"seqloader: {msg.stage} failed in worker {h.worker_id} (pid {h.pid})")
             self.fail(f"{msg.stage} failed in worker {h.worker_id}", exc)
-        while h.pending and h.pending[0][:2] != (msg.gen, msg.index):
-            h.pending.popleft()  # a reply lost to an interrupt: never wait for it
-        if not h.pending:  # pragma: no cover - defensive: a reply for no job
-            return
-        gen, index, sid = h.pending.popleft()
         pool = self.crew.pool
+        if not any(job[:2] == (msg.gen, msg.index) for job in h.pending):
+            # A job sent just before an interrupt cut its bookkeeping short: its reply answers
+            # nothing we wait for. Free its slot; leave the jobs we do wait for alone.
+            sid = msg.slot_id if isinstance(msg, Cancelled) else msg.payload.slot_id
+            pool.mapped_by_worker(sid)
+            pool.release(sid)
+            return
+        while h.pending[0][:2] != (msg.gen, msg.index):
+            h.pending.popleft()  # replies lost to an interrupt (replies come in job order)
+        gen, index, sid = h.pending.popleft()
+        if not isinstance(msg, Cancelled):
+            h.busy_s += msg.seconds
+            h.items += 1
+            self.shm_bytes += msg.payload.data_len + sum(n for _, n in msg.payload.buffers)
         pool.mapped_by_worker(sid)
         if isinstance(msg, Cancelled) or msg.gen != self.gen:
             pool.release(sid)

@@ -108,11 +108,12 @@ class Payload:
 
 @dataclass(frozen=True)
 class Result:
-    """Item ``index`` of generation ``gen`` was computed; its value is in ``payload``."""
+    """Item ``index`` of generation ``gen`` was computed in ``seconds``; its value is in ``payload``."""
 
     gen: int
     index: int
     payload: Payload
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ class Failure:
     gen: int
     index: int
     payload: Payload
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,26 @@ class Prefetch(LazySequence):
         self._taker = None
         self._finalizer()
 
+    def counters(self) -> dict:
+        """Where the workers' time went, since they started (readable after :meth:`close` too).
+
+        Returns:
+            ``{"workers": [{"busy_s": float, "items": int}, ...], "reads": int,
+            "ready_sum": int, "shm_bytes": int}``: per worker the seconds spent computing items
+            and how many; items read in order and the sum, over those reads, of the items already
+            computed at that moment (read-ahead used); bytes that came through shared memory.
+
+        Example:
+            >>> from seqloader import prefetch
+            >>> with prefetch(range(4), num_workers=2) as p:
+            ...     _ = list(p)
+            >>> c = p.counters(); sum(w["items"] for w in c["workers"]), c["reads"]
+            (4, 4)
+        """
+        inbox = self._inbox
+        return {"workers": [{"busy_s": h.busy_s, "items": h.items} for h in self._crew.handles],
+                "reads": inbox.reads, "ready_sum": inbox.ready_sum, "shm_bytes": inbox.shm_bytes}
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has run (explicitly, by ``with``, or after a worker failure)."""
@@ -245,6 +265,8 @@ class Prefetch(LazySequence):
             self._retarget()
             self._next_read = self._next_submit = -1
             raise
+        self._inbox.reads += 1
+        self._inbox.ready_sum += len(self._ready)
         msg, h = self._ready.pop(i)
         self._next_read = i + 1
         self._fill()

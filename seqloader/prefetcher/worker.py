@@ -17,6 +17,7 @@ import os
 import pickle
 import select
 import signal
+import time
 import traceback
 from typing import Any
 
@@ -129,17 +130,21 @@ def _parent_alive(ppid: int, parent_pid: int) -> bool:
 
 
 def _compute(seq, job: Job, slots: WorkerSlots):
+    start = time.perf_counter()
     try:
         value = seq[job.index]
     except Exception as exc:
-        return Failure(job.gen, job.index, write_payload(error_report(exc), slots, job.slot_id))
+        return Failure(job.gen, job.index, write_payload(error_report(exc), slots, job.slot_id),
+                       time.perf_counter() - start)
     try:
-        return Result(job.gen, job.index, write_payload(value, slots, job.slot_id))
+        payload = write_payload(value, slots, job.slot_id)
+        return Result(job.gen, job.index, payload, time.perf_counter() - start)
     except Exception as exc:
         err = TypeError(f"prefetch: item {job.index} cannot be sent to the parent process "
                         f"({type(exc).__name__}: {exc}); items must be picklable")
         err.__cause__ = exc
-        return Failure(job.gen, job.index, write_payload(error_report(err), slots, job.slot_id))
+        return Failure(job.gen, job.index, write_payload(error_report(err), slots, job.slot_id),
+                       time.perf_counter() - start)
 
 
 def worker_main(config: WorkerConfig, jobs, results, shared: Any, seq: Any) -> None:

@@ -103,3 +103,22 @@ def test_an_optional_periodic_log_line(clock, caplog):
     assert lines and lines[0].startswith("seqloader: epoch 0, 3 batches") and "input-bound 100%" in lines[0]
     with pytest.raises(ValueError, match="every_s must be > 0 or None"):
         loader.log_stats(0)
+
+
+@pytest.mark.parametrize("iterable", [False, True])
+def test_workers_report_items_busy_time_read_ahead_and_bytes(iterable):
+    import torch
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            info = torch.utils.data.get_worker_info()
+            return iter(range(info.id, 40, info.num_workers))
+
+    ds = Stream() if iterable else list(range(40))
+    loader = DataLoader(ds, batch_size=4, num_workers=2, seed=0)
+    list(loader)
+    s = loader.stats()["current"]
+    assert len(s["workers"]) == 2 and sum(w["items"] for w in s["workers"]) >= 10
+    assert all(w["busy_s"] >= 0 for w in s["workers"]) and s["shm_bytes"] > 0 and s["ready_mean"] >= 0
+    list(loader)
+    assert loader.stats()["last"]["workers"] and loader.stats()["current"]["epoch"] == 1
