@@ -85,6 +85,14 @@ class AcceleratedLoader(DataLoaderStateMixin):
             epoch stands.
         device: where batches go (``None``: left where the loader puts them).
         non_blocking: passed to ``send_to_device``.
+
+    Example:
+        >>> import accelerate, seqloader
+        >>> loader = seqloader.DataLoader(list(range(6)), batch_size=4, seed=0)
+        >>> train = prepare_loader(accelerate.Accelerator(cpu=True), loader, register=False)
+        >>> it = iter(train); first = next(it)
+        >>> train.state_dict()["position"], loader.state_dict()["position"]  # the loader read ahead
+        (4, 6)
     """
 
     def __init__(self, loader: DataLoader, accelerator: Any, device: Any = None,
@@ -210,7 +218,7 @@ def prepare_loader(accelerator: Any, loader: DataLoader, *, device_placement: Op
         >>> loader = seqloader.DataLoader(list(range(10)), batch_size=4, shuffle=True, seed=0)
         >>> train = prepare_loader(accelerator, loader)
         >>> [b.tolist() for b in train], len(train), train.state_dict()["epoch"]
-        ([[7, 2, 6, 1], [4, 0, 3, 5], [9, 8]], 3, 1)
+        ([[3, 4, 7, 2], [8, 6, 5, 0], [9, 1]], 3, 1)
         >>> accelerator.prepare(loader)
         Traceback (most recent call last):
         TypeError: accelerator.prepare() was given a seqloader.DataLoader: ...

@@ -95,15 +95,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
                  pin_memory_device: str = "", in_order: bool = True,
                  snapshot_every_n_steps: Optional[int] = 1, seed: Optional[int] = None):
-        # Every argument by keyword: frameworks (Lightning) patch DataLoader.__init__ and map
-        # positional arguments by their own signature.
-        super().__init__(dataset=dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
-                         batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
-                         pin_memory=pin_memory, drop_last=drop_last, timeout=timeout,
-                         worker_init_fn=worker_init_fn,
-                         multiprocessing_context=multiprocessing_context, generator=generator,
-                         prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
-                         pin_memory_device=pin_memory_device, in_order=in_order)
+        # seqloader's own attributes come first: Lightning records what is set after torch's
+        # __init__ and replays it on the loader it rebuilds (with its DistributedSampler).
         self.shuffle = shuffle
         # torchdata's knob: how often its workers snapshot their state. Every state_dict() here is
         # exact at no per-step cost, so it changes nothing; kept for drop-in compatibility.
@@ -117,10 +110,20 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self._user_batch_sampler = batch_sampler
         self._custom = None if self._builtin_order else CustomOrder(sampler, batch_sampler)
         self._derivation = DERIVATION  # a loaded state brings its own (see loader/seeding.py)
+        iterable = isinstance(dataset, torch.utils.data.IterableDataset)
         self._progress = (Progress(max(1, num_workers), carry=persistent_workers or num_workers == 0)
-                          if self._is_iterable else Progress())
+                          if iterable else Progress())
         self._workers = Workers()  # persistent workers (kept across epochs); others live in iterators
         self._stats = LoaderStats()
+        # Every argument by keyword: frameworks (Lightning) patch DataLoader.__init__ and map
+        # positional arguments by their own signature.
+        super().__init__(dataset=dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
+                         batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
+                         pin_memory=pin_memory, drop_last=drop_last, timeout=timeout,
+                         worker_init_fn=worker_init_fn,
+                         multiprocessing_context=multiprocessing_context, generator=generator,
+                         prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
+                         pin_memory_device=pin_memory_device, in_order=in_order)
         weakref.finalize(self, self._workers.close)
 
     # -- what is read --------------------------------------------------------------------------

@@ -230,6 +230,7 @@ class MapIterator(LoaderIterator):
     def _release(self) -> None:
         """Close this iterator's own workers (not the loader's persistent ones)."""
         if self._owns_source:
+            self._stats.refresh()
             self._source.close()
 
     def _finish(self) -> None:

@@ -262,4 +262,5 @@ class IterableIterator(LoaderIterator):
     def _finish(self) -> None:
         self._done = True
         if self._owns_source:
+            self._stats.refresh()
             self._source.close()

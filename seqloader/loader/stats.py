@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import weakref
 from typing import Any, Optional
 
 __all__ = ["EpochStats", "LoaderStats"]
@@ -98,8 +99,8 @@ class LoaderStats:
         self.resumes = 0         # load_state_dict calls that an iterator then resumed
         self.log_every_s: Optional[float] = None
         self._returned: Optional[float] = None   # when the latest next() returned
-        self._source: Any = None                 # the epoch's Prefetch, and its counters at the start
-        self._base: Optional[dict] = None
+        self._source: Any = None                 # a weak reference to the epoch's Prefetch (never
+        self._base: Optional[dict] = None        # keep an iterator's workers alive), its counters
         self._logged = time.perf_counter()
 
     def begin(self, epoch: int, resumed: bool = False) -> None:
@@ -113,14 +114,19 @@ class LoaderStats:
         self._source = self._base = None
 
     def attach(self, source: Any) -> None:
-        """The epoch reads a ``Prefetch``: its counters from now on are the epoch's worker numbers."""
-        self._source, self._base = source, source.counters()
+        """The epoch reads a ``Prefetch``: its counters from now on are the epoch's worker numbers.
+
+        Only a weak reference is kept; the iterator calls :meth:`refresh` before it closes its
+        workers, and numbers of workers dropped with an abandoned iterator stay as last refreshed.
+        """
+        self._source, self._base = weakref.ref(source), source.counters()
 
     def refresh(self) -> None:
         """Copy the workers' numbers since :meth:`attach` into the current epoch."""
-        if self._source is None or self.current is None:
+        source = None if self._source is None else self._source()
+        if source is None or self.current is None:
             return
-        now, base = self._source.counters(), self._base
+        now, base = source.counters(), self._base
         cur = self.current
         cur.workers = [{"busy_s": w["busy_s"] - b["busy_s"], "items": w["items"] - b["items"]}
                        for w, b in zip(now["workers"], base["workers"])]

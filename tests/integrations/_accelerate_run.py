@@ -15,17 +15,16 @@ import os
 import sys
 from pathlib import Path
 
-import torch
-from accelerate import Accelerator
 
-import _common
-import seqloader
-from seqloader.integrations.accelerate import prepare_loader
+def main() -> None:  # nothing runs on import (pytest collects this file)
+    import torch
+    from accelerate import Accelerator
 
-CFG = json.loads(sys.argv[1])
+    import _common
+    import seqloader
+    from seqloader.integrations.accelerate import prepare_loader
 
-
-def main() -> None:
+    CFG = json.loads(sys.argv[1])
     accelerator = Accelerator(cpu=True)
     model = _common.make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)

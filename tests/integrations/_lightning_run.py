@@ -16,8 +16,8 @@ epochs on ``AugItems`` through a ``seqloader.DataLoader`` and records every step
 ``dataset`` is a key of ``_common.DATASETS`` (``map`` by default; the streams are not shuffled).
 
 ``build`` says where the loader comes from: ``hook_top`` (``train_dataloader()``, with
-``seqloader.DataLoader`` imported when this module is), ``hook_inside`` (``seqloader`` first
-imported inside ``train_dataloader()``) or ``fit`` (built here and passed to ``fit()``).
+``from seqloader import DataLoader`` before ``fit()``), ``hook_inside`` (``seqloader`` first
+imported inside ``train_dataloader()``) or ``fit`` (built before and passed to ``fit()``).
 Under DDP (``devices: 2``) Lightning's own launcher starts rank 1 by running this script again.
 """
 
@@ -27,57 +27,30 @@ import json
 import os
 import sys
 
-import torch
-
-import _common
-
-CFG = json.loads(sys.argv[1])
-if CFG["build"] != "hook_inside":
-    from seqloader import DataLoader as TopDataLoader  # the class exists before Lightning's hooks run
-
-import pytorch_lightning as pl  # noqa: E402
-from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
+CFG: dict = {}  # the run's configuration (argv[1]); nothing runs on import (pytest collects this file)
 
 
 def make_loader(num_workers: int):
+    import torch
+
+    import _common
+
     if CFG["build"] == "hook_inside":
         import seqloader  # first import of seqloader in this process, inside Lightning's hook
         cls = seqloader.DataLoader
     else:
-        cls = TopDataLoader
+        cls = CFG["top_class"]
     dataset = _common.DATASETS[CFG.get("dataset", "map")]()
     return cls(dataset, batch_size=_common.BATCH, shuffle=not isinstance(dataset, torch.utils.data.IterableDataset),
                num_workers=num_workers, seed=CFG.get("seed", 1234))
 
 
-class Module(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.net = _common.make_model()
-        self.recorder = None
-
-    def train_dataloader(self):
-        return make_loader(CFG["num_workers"])
-
-    def on_train_start(self):
-        self.recorder = _common.Recorder(f"{CFG['out']}.{self.global_rank}.jsonl")
-
-    def on_train_batch_start(self, batch, batch_idx):
-        if CFG["mode"] == "crash" and self.trainer.global_step == CFG["crash_at"]:
-            crash(self.trainer)
-
-    def training_step(self, batch, batch_idx):
-        loss = torch.nn.functional.mse_loss(self.net(batch["x"]), batch["labels"])
-        self.recorder.write(_common.step_record(batch, loss, step=self.trainer.global_step,
-                                                epoch=self.current_epoch))
-        return loss
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.05)
-
-
 def crash(trainer) -> None:
     """Die like a killed job: no teardown. Rank 0 (which started rank 1) exits last."""
+    import torch
+
+    import _common
+
     if trainer.world_size > 1:
         torch.distributed.barrier()
         if trainer.global_rank == 0:
@@ -87,6 +60,41 @@ def crash(trainer) -> None:
 
 
 def main() -> None:
+    CFG.update(json.loads(sys.argv[1]))
+    if CFG["build"] != "hook_inside":
+        from seqloader import DataLoader  # the class exists before Lightning's hooks run
+        CFG["top_class"] = DataLoader
+    import torch
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    import _common
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = _common.make_model()
+            self.recorder = None
+
+        def train_dataloader(self):
+            return make_loader(CFG["num_workers"])
+
+        def on_train_start(self):
+            self.recorder = _common.Recorder(f"{CFG['out']}.{self.global_rank}.jsonl")
+
+        def on_train_batch_start(self, batch, batch_idx):
+            if CFG["mode"] == "crash" and self.trainer.global_step == CFG["crash_at"]:
+                crash(self.trainer)
+
+        def training_step(self, batch, batch_idx):
+            loss = torch.nn.functional.mse_loss(self.net(batch["x"]), batch["labels"])
+            self.recorder.write(_common.step_record(batch, loss, step=self.trainer.global_step,
+                                                    epoch=self.current_epoch))
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
     pl.seed_everything(0, verbose=False)
     callbacks = []
     if CFG["mode"] == "probe":

@@ -15,56 +15,53 @@ import json
 import os
 import sys
 
-import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments
 
-import _common
-import seqloader
-from seqloader.integrations.transformers import SeqloaderCallback
+def main() -> None:  # nothing runs on import (pytest collects this file)
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
 
-CFG = json.loads(sys.argv[1])
+    import _common
+    import seqloader
+    from seqloader.integrations.transformers import SeqloaderCallback
 
+    CFG = json.loads(sys.argv[1])
 
-class Regression(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = _common.make_model()
-        self.seen: list = []
+    class Regression(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = _common.make_model()
+            self.seen: list = []
 
-    def forward(self, x, labels, index, aug):
-        loss = torch.nn.functional.mse_loss(self.net(x), labels)
-        self.seen.append({"index": index, "aug": aug, "loss": loss})
-        return {"loss": loss}
+        def forward(self, x, labels, index, aug):
+            loss = torch.nn.functional.mse_loss(self.net(x), labels)
+            self.seen.append({"index": index, "aug": aug, "loss": loss})
+            return {"loss": loss}
 
+    class Record(TrainerCallback):
+        """One line per optimizer step: the micro-batches since the last step, and ``state.epoch``."""
 
-class Record(TrainerCallback):
-    """One line per optimizer step: the micro-batches since the last step, and ``state.epoch``."""
+        def __init__(self, model):
+            self.model = model
+            self.recorder = _common.Recorder(f"{CFG['out']}.0.jsonl")
 
-    def __init__(self, model):
-        self.model = model
-        self.recorder = _common.Recorder(f"{CFG['out']}.0.jsonl")
+        def on_step_begin(self, args, state, control, **kwargs):
+            if CFG["mode"] == "crash" and state.global_step == CFG["crash_at"]:
+                os._exit(_common.CRASH_RC)
 
-    def on_step_begin(self, args, state, control, **kwargs):
-        if CFG["mode"] == "crash" and state.global_step == CFG["crash_at"]:
-            os._exit(_common.CRASH_RC)
+        def on_step_end(self, args, state, control, **kwargs):
+            seen, self.model.seen[:] = list(self.model.seen), []
+            merged = {"index": torch.cat([s["index"] for s in seen]), "aug": torch.cat([s["aug"] for s in seen])}
+            loss = sum(float(s["loss"]) for s in seen)
+            self.recorder.write(_common.step_record(merged, loss, step=state.global_step, epoch=state.epoch))
 
-    def on_step_end(self, args, state, control, **kwargs):
-        seen, self.model.seen[:] = list(self.model.seen), []
-        merged = {"index": torch.cat([s["index"] for s in seen]), "aug": torch.cat([s["aug"] for s in seen])}
-        loss = sum(float(s["loss"]) for s in seen)
-        self.recorder.write(_common.step_record(merged, loss, step=state.global_step, epoch=state.epoch))
+    class SeqloaderTrainer(Trainer):
+        def __init__(self, *args, train_loader, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.train_loader = train_loader
 
+        def get_train_dataloader(self):
+            return self.train_loader
 
-class SeqloaderTrainer(Trainer):
-    def __init__(self, *args, train_loader, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.train_loader = train_loader
-
-    def get_train_dataloader(self):
-        return self.train_loader
-
-
-def main() -> None:
     loader = seqloader.DataLoader(_common.AugItems(), batch_size=_common.BATCH, shuffle=True,
                                   num_workers=CFG["num_workers"], seed=1234)
     model = Regression()

@@ -140,3 +140,13 @@ def test_arguments_are_checked(accelerator):
     with pytest.raises(ValueError, match="split_batches=True"):
         prepare_loader(accelerate.Accelerator(cpu=True, dataloader_config=accelerate.DataLoaderConfiguration(
             split_batches=True)), _loader())
+
+
+def test_without_accelerate_the_import_error_names_the_extra(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "accelerate", None)  # what a missing package looks like to import
+    monkeypatch.delitem(sys.modules, "seqloader.integrations.accelerate")
+    with pytest.raises(ImportError, match=r"pip install seqloader\[accelerate\]"):
+        importlib.import_module("seqloader.integrations.accelerate")

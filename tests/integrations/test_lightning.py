@@ -15,9 +15,9 @@ another ``num_workers``.
 Checkpoints taken at an epoch's end do not resume exactly yet (``xfail``, strict): Lightning then
 either does not call ``load_state_dict`` at all (``ModelCheckpoint()``'s per-epoch checkpoints)
 and calls ``set_epoch`` only after ``iter()``, or loads a state whose epoch has no batch left and
-uses the iterator it made before the next epoch began; see ``docs/integrations.md``. Nor does a
-loader whose ``seqloader`` was first imported inside ``train_dataloader()`` read the
-``DistributedSampler`` Lightning injects (``xfail``, strict; it shards by itself instead).
+uses the iterator it made before the next epoch began; see ``docs/integrations.md``. Lightning's
+rebuild of the loader with its ``DistributedSampler`` is checked directly in a fresh interpreter,
+with ``seqloader`` imported at the top and inside the hook.
 """
 
 from __future__ import annotations
@@ -112,18 +112,39 @@ def test_ddp_with_the_injected_distributed_sampler_resumes_exactly_in_epoch_1(dd
     assert sorted(epoch1) == list(range(_common.N))  # before and after the crash: each sample once
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="seqloader.DataLoader.__init__ sets its attributes after torch's __init__; when the "
-                          "class did not exist as Lightning patched DataLoader subclasses, Lightning records "
-                          "those assignments and replays them on the copy it builds with the DistributedSampler "
-                          "(_user_sampler=None, the same _progress and _workers objects)")
-@pytest.mark.timeout(300)
-def test_ddp_loader_of_seqloader_imported_inside_the_hook_reads_the_injected_sampler(ddp_distributed_sampler):
-    workdir = ddp_distributed_sampler
-    _run(workdir, mode="ref", out="inside", devices=2, build="hook_inside")
-    for rank in range(2):
-        _common.assert_same_steps(_records(workdir, "inside", rank), _records(workdir, "ref", rank),
-                                  what=f"rank {rank}, seqloader imported inside train_dataloader()")
+_REBUILD = """
+import json
+from torch.utils.data import DataLoader, DistributedSampler
+from lightning_fabric.utilities.data import _replace_dunder_methods, _update_dataloader
+
+# what Trainer does: call train_dataloader() with DataLoader classes patched, then rebuild the
+# loader with a DistributedSampler (use_distributed_sampler=True under DDP)
+with _replace_dunder_methods(DataLoader, "dataset"):
+    import seqloader  # a no-op if the test imported it before
+    loader = seqloader.DataLoader(list(range(16)), batch_size=4, shuffle=True, seed=0)
+sampler = DistributedSampler(loader.dataset, num_replicas=2, rank=1, shuffle=True, seed=5)
+rebuilt = _update_dataloader(loader, sampler)
+order = list(sampler)
+print(json.dumps({"rebuilt": [b.tolist() for b in rebuilt], "sampler": [order[:4], order[4:]]}))
+"""
+
+
+@pytest.mark.parametrize("first_use", [
+    "from seqloader import DataLoader",                        # the class exists before the hook
+    "import seqloader",                                         # lazy: the class is made in the hook,
+], ids=["from_import_at_the_top", "import_at_the_top"])         # as when seqloader is imported there
+def test_the_loader_lightning_rebuilds_with_its_distributed_sampler_reads_that_sampler(tmp_path, first_use):
+    """The rebuild Lightning does under DDP, run directly (its own functions, in a fresh interpreter)."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", first_use + "\n" + _REBUILD],
+                          capture_output=True, text=True, timeout=100, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(_common.ROOT)))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["rebuilt"] == out["sampler"], f"{first_use!r} before train_dataloader(): {out}"
 
 
 @pytest.mark.timeout(300)

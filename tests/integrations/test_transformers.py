@@ -114,3 +114,13 @@ def test_the_callback_checks_the_loaders_epoch_against_the_trainers():
     cb.on_train_begin(_Args(), _State(1, saved), None, train_dataloader=(resumed := _loader()))
     assert resumed.state_dict()["position"] == 4
     assert cb.state()["attributes"]["loader_state"] == resumed.state_dict()
+
+
+def test_without_transformers_the_import_error_names_the_extra(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers.trainer_callback", None)
+    monkeypatch.delitem(sys.modules, "seqloader.integrations.transformers")
+    with pytest.raises(ImportError, match=r"pip install seqloader\[transformers\]"):
+        importlib.import_module("seqloader.integrations.transformers")
