@@ -25,10 +25,20 @@ _MP_DIRS = ("prefetch", "loader", "integrations")
 
 
 def _shm_segments() -> set[str]:
+    """Our segments: named ``seqloader_<pid>_...`` by this process, a descendant of it, or a
+    process that is gone (a crashed worker's reader). Other live processes' segments (another
+    test run on the same machine) are not this test's business."""
     try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIX)}
+        names = [n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIX)]
     except FileNotFoundError:  # pragma: no cover - no /dev/shm
         return set()
+    ours = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}
+    out = set()
+    for n in names:
+        pid = n[len(SHM_PREFIX):].split("_", 1)[0]
+        if not pid.isdigit() or int(pid) in ours or not psutil.pid_exists(int(pid)):
+            out.add(n)
+    return out
 
 
 def _children() -> set[int]:

@@ -295,7 +295,8 @@ class Prefetch(LazySequence):
                 return
             try:
                 crew.submit(h, gen, self._next_submit)
-            except OSError:  # its pipe is broken: the worker is gone
+            except (BrokenPipeError, ConnectionResetError):  # the worker is gone (other OSErrors, such as
+                # EMFILE while creating a slot, are not a dead worker: they propagate)
                 self._inbox.fail_dead(h, self._next_read)
             self._next_submit += 1
 

@@ -158,7 +158,7 @@ class Taker:
                     submitted = True
                     try:
                         crew.submit(h, self.inbox.gen, j)
-                    except OSError:  # its pipe is broken: the worker is gone
+                    except (BrokenPipeError, ConnectionResetError):  # the worker is gone
                         self.inbox.fail_dead(h, w.low)
             if w.affinity or not submitted:
                 return
