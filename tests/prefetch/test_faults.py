@@ -10,6 +10,7 @@ import ctypes
 import faulthandler
 import functools
 import gc
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -209,24 +210,28 @@ def test_workers_exit_on_their_own_when_the_reader_is_killed():
     assert not alive
 
 
-def _interrupt_reader_once(marker, i):
-    """Item 2 sends Ctrl-C to the reader (once, whichever worker computes it) and never returns in
-    time: the reader is certainly still waiting for it when the signal arrives."""
+def _interrupt_reader_once(marker, go, i):
+    """Item 2 waits for ``go`` (set by the test inside ``pytest.raises``), sends Ctrl-C to the
+    reader (once, whichever worker computes it) and never returns in time: the reader is certainly
+    inside the ``raises`` block and waiting for it when the signal arrives."""
     if i == 2:
         try:
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             return i
+        assert go.wait(60), "the test never said go"
         os.kill(os.getppid(), signal.SIGINT)
         time.sleep(60)
     return i
 
 
 def test_keyboard_interrupt_in_the_reader_then_gc_leaves_nothing(tmp_path):
-    item = functools.partial(_interrupt_reader_once, str(tmp_path / "interrupted"))
-    p = prefetch(sl.smap(item, range(10)), num_workers=2, prefetch_factor=1)
+    go = multiprocessing.get_context("fork").Event()
+    item = functools.partial(_interrupt_reader_once, str(tmp_path / "interrupted"), go)
+    p = prefetch(sl.smap(item, range(10)), num_workers=2, prefetch_factor=1, multiprocessing_context="fork")
     assert p[0] == 0
     with pytest.raises(KeyboardInterrupt):
+        go.set()
         list(p)
     assert p[1] == 1  # still usable
     del p  # close() stops the worker still sleeping in item 2 (SIGTERM after the join deadline)
