@@ -22,8 +22,7 @@ from seqloader.loader.seeding import preserved_globals
 from seqloader.loader.stats import LoaderStats
 from seqloader.prefetcher.prefetch import ItemTimeout, WorkerDied
 
-__all__ = ["LoaderIterator", "MapIterator", "is_open_files_error", "open_files_error", "pin_device",
-           "superseded_error", "torch_worker_error"]
+__all__ = ["LoaderIterator", "MapIterator", "infrastructure_error", "pin_device", "superseded_error"]
 
 
 def superseded_error() -> RuntimeError:
@@ -73,6 +72,21 @@ def open_files_error(exc: OSError) -> RuntimeError:
 def is_open_files_error(exc: BaseException) -> bool:
     """Whether ``exc`` is ``EMFILE``/``ENFILE``: no file descriptor left."""
     return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
+
+
+def infrastructure_error(exc: BaseException, timeout: float, batch: int) -> Optional[RuntimeError]:
+    """The error to raise instead of ``exc`` when the workers or their transport failed (a dead
+    worker, a timeout, no file descriptor left), in torch's words; ``None`` for a batch's own error.
+
+    Example:
+        >>> infrastructure_error(KeyError("bad sample"), 0, 3) is None
+        True
+    """
+    if isinstance(exc, (WorkerDied, ItemTimeout)):
+        return torch_worker_error(exc, timeout, batch)
+    if is_open_files_error(exc):
+        return open_files_error(exc)
+    return None
 
 
 def pin_device(loader: Any) -> Optional[str]:
@@ -183,12 +197,11 @@ class MapIterator(LoaderIterator):
         if self._unordered:
             try:
                 b, batch = self._source.take(window=self._window)
-            except (WorkerDied, ItemTimeout) as exc:
-                raise torch_worker_error(exc, self._loader.timeout, self._low) from exc
             except Exception as exc:
-                self._yielded(getattr(exc, "seqloader_index", None))
-                if is_open_files_error(exc):
-                    raise open_files_error(exc) from exc
+                replacement = infrastructure_error(exc, self._loader.timeout, self._low)
+                if replacement is not None:
+                    raise replacement from exc
+                self._yielded(getattr(exc, "seqloader_index", None))  # the batch's own error
                 raise
             self._yielded(b)
             return b, batch
@@ -199,15 +212,11 @@ class MapIterator(LoaderIterator):
                     batch = self._seq[b]
             else:
                 batch = self._source[b]
-        except (WorkerDied, ItemTimeout) as exc:  # infrastructure: nothing was consumed
-            raise torch_worker_error(exc, self._loader.timeout, b) from exc
-        except OSError as exc:
-            if is_open_files_error(exc):
-                raise open_files_error(exc) from exc
-            self._yielded(b)
-            raise
-        except Exception:  # the batch's own error: it is consumed
-            self._yielded(b)
+        except Exception as exc:
+            replacement = infrastructure_error(exc, self._loader.timeout, b)
+            if replacement is not None:  # the workers failed: nothing was consumed
+                raise replacement from exc
+            self._yielded(b)  # the batch's own error: it is consumed
             raise
         self._yielded(b)
         return b, batch

@@ -32,13 +32,11 @@ from torch.utils.data import default_collate, default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
 from seqloader.errors import annotate
-from seqloader.loader.epoch import (LoaderIterator, is_open_files_error, open_files_error, superseded_error,
-                                    torch_worker_error)
+from seqloader.loader.epoch import LoaderIterator, infrastructure_error, superseded_error
 from seqloader.loader.progress import Progress
 from seqloader.loader.seeding import preserved_globals, seed_globals
 from seqloader.loader.state import is_stateful
 from seqloader.loader.workers import worker_info_hidden
-from seqloader.prefetcher.prefetch import ItemTimeout, WorkerDied
 from seqloader.sequences.base import LazySequence
 
 __all__ = ["IterableIterator", "StreamBatches", "StreamItem"]
@@ -227,11 +225,10 @@ class IterableIterator(LoaderIterator):
                 return self._seq[i]
         try:
             return self._source[i]
-        except (WorkerDied, ItemTimeout) as exc:
-            raise torch_worker_error(exc, self._loader.timeout, i) from exc
-        except OSError as exc:
-            if is_open_files_error(exc):
-                raise open_files_error(exc) from exc
+        except Exception as exc:
+            replacement = infrastructure_error(exc, self._loader.timeout, i)
+            if replacement is not None:
+                raise replacement from exc
             raise
 
     def _next(self) -> Any:

@@ -50,19 +50,9 @@ class DiesAt(torch.utils.data.Dataset):
         return i
 
 
-def _torch_batches(ds, **kw):
-    """torch's batches, skipping the ones that raise, as a 'log and skip' loop would."""
-    out, it = [], iter(torch.utils.data.DataLoader(ds, **kw))
-    while True:
-        try:
-            out.append(next(it))
-        except StopIteration:
-            return out
-        except KeyError:
-            out.append("error")
-
-
-def _our_batches(loader, states=None):
+def _log_and_skip(loader, states=None):
+    """The batches of one epoch, ``"error"`` for each that raised, as a 'log and skip bad
+    batches' loop sees them; with ``states``, the loader's state after each step too."""
     out, it = [], iter(loader)
     while True:
         try:
@@ -88,9 +78,9 @@ def test_torchdatas_arguments_are_accepted_and_kept():
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_failing_batch_is_consumed_like_torchs_and_resumes_after_it(num_workers):
-    want = _torch_batches(FailsAt(), batch_size=2, num_workers=num_workers)
+    want = _log_and_skip(torch.utils.data.DataLoader(FailsAt(), batch_size=2, num_workers=num_workers))
     states = []
-    got = _our_batches(DataLoader(FailsAt(), batch_size=2, num_workers=num_workers, seed=0), states)
+    got = _log_and_skip(DataLoader(FailsAt(), batch_size=2, num_workers=num_workers, seed=0), states)
     assert len(got) == len(want) and [g == "error" for g in got] == [w == "error" for w in want]
     assert all(torch.equal(g, w) for g, w in zip(got, want) if not isinstance(g, str))
     k = got.index("error")
