@@ -69,7 +69,7 @@ class CustomOrder:
         """The sampler whose state is saved, or ``None``."""
         return self._source if is_stateful(self._source) else None
 
-    def _epoch_owner(self) -> Any:
+    def epoch_owner(self) -> Any:
         """The sampler with ``set_epoch`` (the sampler, the batch sampler or the latter's sampler)."""
         for obj in (self.sampler, self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
             if obj is not None and callable(getattr(obj, "set_epoch", None)):
@@ -80,7 +80,7 @@ class CustomOrder:
         return len(self._source)
 
     def _read(self, epoch: int, seed: int, derivation: int) -> _EpochIndices:
-        owner = self._epoch_owner()
+        owner = self.epoch_owner()
         if owner is not None and self._resume_epoch is not None:
             owner.set_epoch(self._resume_epoch)
         self._resume_epoch = None
@@ -107,11 +107,15 @@ class CustomOrder:
             return sampling.BatchListPlan(self._indices.items, position)
         return sampling.OrderPlan(self._indices.items, position, batch_size, drop_last)
 
+    def forget(self) -> None:
+        """Read the indices again at the next :meth:`plan` (the sampler's epoch changed)."""
+        self._indices = None
+
     def state(self, epoch: int, position: int, started: bool) -> tuple[Any, Optional[int]]:
         """``(sampler sub-state, sampler_epoch)`` for a state saved at ``(epoch, position)``."""
         current = self._indices if (self._indices is not None and self._indices.epoch == epoch
                                     and started) else None
-        owner = self._epoch_owner()
+        owner = self.epoch_owner()
         if self._resume_epoch is not None:
             sampler_epoch: Optional[int] = self._resume_epoch
         elif current is not None:
@@ -135,6 +139,6 @@ class CustomOrder:
     def load(self, saved: LoaderState) -> None:
         """Take ``saved``'s sampler state (after :meth:`check`)."""
         self._indices = None
-        self._resume_epoch = saved.sampler_epoch if self._epoch_owner() is not None else None
+        self._resume_epoch = saved.sampler_epoch if self.epoch_owner() is not None else None
         if saved.sampler is not None and not self._counts_positions:
             self.stateful.load_state_dict(copy.deepcopy(saved.sampler))

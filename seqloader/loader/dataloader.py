@@ -12,6 +12,9 @@ Epochs: the first ``iter(loader)`` reads epoch 0. The epoch counter advances whe
 of an epoch is yielded (or when an iterator finds its epoch empty), and also when ``iter()`` is
 called again after an unfinished epoch (like torch, every ``iter()`` is a new epoch) unless
 ``load_state_dict`` was called in between: then the next ``iter()`` resumes the loaded state.
+``set_epoch(e)`` (on the loader, on ``loader.sampler``, or a sampler's own ``set_epoch``) sets the
+counter the way frameworks expect; an iterator settles its epoch's order at its first ``next()``,
+so a ``set_epoch`` made between ``iter()`` and the first batch is read (Lightning does that).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import torch
 import torch.utils.data
 
 from seqloader.loader import sampling
+from seqloader.errors import check_nonnegative_int
 from seqloader.loader.custom_order import CustomOrder
+from seqloader.loader.default_sampler import forwarding_sampler
 from seqloader.loader.epoch import MapIterator, pin_device
 from seqloader.loader.fetch import EpochBatches
 from seqloader.loader.iterable import IterableIterator
@@ -124,6 +129,14 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                          multiprocessing_context=multiprocessing_context, generator=generator,
                          prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
                          pin_memory_device=pin_memory_device, in_order=in_order)
+        if not iterable and sampler is None and batch_sampler is None:
+            # torch's default sampler, whose set_epoch reaches this loader (Lightning calls it
+            # there); torch forbids assigning .sampler after __init__, and the copy is the same
+            # sampler, so it is set underneath, in both places torch keeps it
+            default = forwarding_sampler(self.sampler, self)
+            object.__setattr__(self, "sampler", default)
+            if self.batch_sampler is not None:  # batch_size=None has none
+                self.batch_sampler.sampler = default
         weakref.finalize(self, self._workers.close)
 
     # -- what is read --------------------------------------------------------------------------
@@ -173,6 +186,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self._stats.begin(progress.epoch, progress.resumed)
         if self._is_iterable:
             return IterableIterator(self, progress, generation, device)
+        seq, source, skip = self._open_epoch()
+        return MapIterator(self, progress, generation, seq, source, device, skip)
+
+    def _epoch_batches(self) -> tuple[EpochBatches, frozenset]:
+        """The batches of the progress's epoch from its position, and those to skip (``ahead``)."""
+        progress = self._progress
         epoch = progress.epoch
         seq = EpochBatches(self.dataset, self._plan(epoch, progress.position), self.collate_fn,
                            self.seed, epoch, self._derivation)
@@ -181,12 +200,87 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             raise ValueError(f"DataLoader: the loaded state's 'ahead' keys {list(progress.ahead)} are not all "
                              f"batches of epoch {epoch} from position {progress.position}; the state is "
                              "corrupt or was saved for a different loader")
-        source = seq
+        return seq, skip
+
+    def _open_epoch(self) -> tuple[EpochBatches, Any, frozenset]:
+        """``(batches, source, skip)``: the source is the batches, or the workers' Prefetch over them."""
+        seq, skip = self._epoch_batches()
+        source: Any = seq
         if self.num_workers > 0 and len(seq) > 0:
-            source = self._workers.open(self, seq, epoch, affinity=self.in_order)
+            source = self._workers.open(self, seq, self._progress.epoch, affinity=self.in_order)
             source.start()  # like torch: a failing worker_init_fn raises here, at iter()
             self._stats.attach(source)
-        return MapIterator(self, progress, generation, seq, source, device, skip)
+        return seq, source, skip
+
+    # -- epochs --------------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Say which epoch the loader reads, as ``DistributedSampler.set_epoch`` does for a sampler.
+
+        The loader counts epochs itself (every ``iter()`` is a new epoch), so a loop needs no
+        ``set_epoch``; frameworks call it (the transformers ``Trainer`` on the loader, Lightning on
+        ``loader.sampler``, which forwards here), and it is what makes a resume from an epoch's end
+        read the next epoch's order. The epoch moves to ``epoch``'s start at once when no batch of
+        the current epoch was read yet, or none is left: an iterator that has not yielded a batch
+        reads ``epoch`` from its first ``next()``. Mid-epoch it applies from the next ``iter()``
+        (the running epoch, and a resumed one, are read to their end as they began).
+
+        Args:
+            epoch: a non-negative int.
+
+        Raises:
+            ValueError: ``epoch`` is negative or not an int.
+
+        Example:
+            >>> loader = DataLoader(range(6), batch_size=3, shuffle=True, seed=0)
+            >>> it = iter(loader); loader.set_epoch(4)    # before the first batch: epoch 4 now
+            >>> first = next(it); loader.state_dict()["epoch"]
+            4
+            >>> loader.set_epoch(7); _ = next(it)          # mid-epoch: from the next iter()
+            >>> loader.state_dict()["epoch"], (_ := iter(loader)) and loader.state_dict()["epoch"]
+            (4, 7)
+            >>> loader.set_epoch(-1)
+            Traceback (most recent call last):
+            ValueError: DataLoader.set_epoch: epoch must be a non-negative int (got -1)
+        """
+        epoch = check_nonnegative_int("DataLoader.set_epoch", "epoch", epoch)
+        self._set_epoch(epoch, used_up=None)
+
+    def _set_epoch(self, epoch: int, used_up: Optional[bool]) -> None:
+        progress = self._progress
+        if self._is_iterable:  # a stream's iterator is opened at iter(): it keeps its epoch
+            now = not progress.begun and not progress.started
+        else:
+            now = not progress.begun or (self._used_up() if used_up is None else used_up)
+        progress.set_epoch(epoch, now)
+
+    def _used_up(self) -> bool:
+        seq, skip = self._epoch_batches()
+        return len(seq) == len(skip)
+
+    def _epoch_watch(self) -> Optional[tuple[Any, Any]]:
+        """A sampler whose own ``set_epoch`` the loader follows, with its epoch now (or ``None``)."""
+        owner = self._custom.epoch_owner() if self._custom is not None else None
+        if isinstance(self._user_sampler, sampling.BijectiveShuffleSampler):
+            owner = self._user_sampler
+        return None if owner is None else (owner, getattr(owner, "epoch", None))
+
+    def _settle(self, watch: Optional[tuple[Any, Any]], used_up: bool) -> bool:
+        """At an iterator's first ``next()``: follow a sampler's ``set_epoch`` made since ``iter()``
+        (``watch``). Returns whether the order must be read again although the loader's epoch and
+        position did not change (the sampler's new epoch changes its indices)."""
+        if watch is None:
+            return False
+        owner, seen = watch
+        now = getattr(owner, "epoch", None)
+        if now == seen or not isinstance(now, int):
+            return False
+        self._set_epoch(now, used_up)
+        if self._progress.begun:  # mid-epoch (a resumed one): read on as it began
+            return False
+        if self._custom is not None:
+            self._custom.forget()
+        return True
 
     def _check_seed_is_shared(self) -> None:
         world = sampling.current_world()[1]

@@ -140,10 +140,16 @@ class MapIterator(LoaderIterator):
     (every batch before it was yielded) plus the keys of the few batches yielded beyond it, and
     a resume skips those (``skip``), so each batch is yielded exactly once.
 
+    The epoch's order is settled at the first ``next()``, not at ``iter()``: frameworks call
+    ``set_epoch`` (on the loader or on its sampler) after ``iter()``, and if that changed what the
+    loader reads (:meth:`~seqloader.loader.dataloader.DataLoader._settle`), the batches are built
+    again, and the read-ahead of the workers is dropped.
+
     A batch whose computation raises is consumed, as in torch: the error propagates, the progress
     counts the batch as done and the next ``next()`` reads the following batch. After the last
     batch the position is the end of the epoch; the following ``next()`` raises ``StopIteration``
-    and ends the epoch (a state saved in between resumes into that empty remainder).
+    and ends the epoch (a state saved in between resumes into that empty remainder), unless
+    ``set_epoch`` already moved the loader to another epoch.
     """
 
     def __init__(self, loader: Any, progress: Progress, generation: int, seq: EpochBatches,
@@ -152,23 +158,41 @@ class MapIterator(LoaderIterator):
         self._stats = loader._stats
         self._progress = progress
         self._generation = generation
-        self._seq = seq
-        self._source = source  # seq itself, or a Prefetch over it
-        self._owns_source = source is not seq and not loader._workers.is_persistent(source)
-        self._unordered = source is not seq and not loader.in_order
+        self._pin_device = pin_device
         # out of order, batches may be yielded up to this far past the oldest one not yet
         # yielded: 4x torch's in-flight bound, so a fast worker runs well ahead of a stuck one
         # while the state's 'ahead' list stays short
         self._window = 4 * loader.num_workers * (loader.prefetch_factor or 2)
+        self._settled = False
+        self._done = False
+        self._read_from(seq, source, skip)
+
+    def _read_from(self, seq: EpochBatches, source: Any, skip: frozenset) -> None:
+        """Read ``seq`` (from ``source``: itself or a Prefetch over it) from the progress's position."""
+        progress = self._progress
+        self._seq = seq
+        self._source = source
+        self._owns_source = source is not seq and not self._loader._workers.is_persistent(source)
+        self._unordered = source is not seq and not self._loader.in_order
         if self._unordered:
             source.seek(0, skip=skip)
-        self._pin_device = pin_device
+        self._epoch = progress.epoch
         self._start = progress.position          # the epoch's position before this sequence
+        self._ahead = progress.ahead
         self._taken = set(skip)                  # batches yielded (or skipped) at or past _low
         self._low = 0                            # every batch before it was yielded
         self._left = len(seq) - len(skip)        # batches still to yield
-        self._done = False
-        self._advance_low()
+        self._watch = self._loader._epoch_watch()
+
+    def _settle(self) -> None:
+        """Before the first batch: read the order again if ``set_epoch`` changed it since ``iter()``."""
+        self._settled = True
+        progress = self._progress
+        stale = self._loader._settle(self._watch, self._left == 0)
+        if not stale and (progress.epoch, progress.position, progress.ahead) == (self._epoch, self._start, self._ahead):
+            return
+        self._release()
+        self._read_from(*self._loader._open_epoch())
 
     def __len__(self) -> int:
         return len(self._seq)
@@ -180,6 +204,11 @@ class MapIterator(LoaderIterator):
         if progress.superseded(self._generation):
             self._finish()
             raise superseded_error()
+        if not self._settled:
+            self._settle()
+        elif progress.epoch != self._epoch:  # set_epoch() moved on after this epoch's last batch
+            self._finish()
+            raise StopIteration
         if self._left == 0:  # the epoch is over (or was empty)
             self._finish()
             progress.end_epoch()
@@ -227,9 +256,6 @@ class MapIterator(LoaderIterator):
             return
         self._taken.add(b)
         self._left -= 1
-        self._advance_low()
-
-    def _advance_low(self) -> None:
         while self._low in self._taken:
             self._taken.discard(self._low)
             self._low += 1

@@ -7,7 +7,10 @@ only through its verbs:
   otherwise an epoch already begun is over (like torch, every ``iter()`` is a new epoch);
 * :meth:`Progress.advance` after a batch is yielded; :meth:`Progress.end_epoch` after the last;
 * :meth:`Progress.load` from ``load_state_dict``; :meth:`Progress.superseded` tells an iterator
-  that a later ``iter()`` or ``load_state_dict()`` replaced it.
+  that a later ``iter()`` or ``load_state_dict()`` replaced it;
+* :meth:`Progress.set_epoch` when a framework (or the user) says which epoch this is: it takes
+  effect at once when no batch of the current epoch was read yet or none is left (an iterator that
+  has not yielded a batch re-reads its order at its first ``next()``), else at the next ``iter()``.
 
 For an ``IterableDataset`` it also holds the per-worker :class:`~seqloader.loader.state.IterableState`.
 """
@@ -38,6 +41,10 @@ class Progress:
         (1, 0, True)
         >>> p.load(epoch=0, position=8); _ = p.begin(); (p.epoch, p.position)
         (0, 8)
+        >>> p.set_epoch(5, now=False); (p.epoch, p.position)   # mid-epoch: at the next iter()
+        (0, 8)
+        >>> _ = p.begin(); (p.epoch, p.position)
+        (5, 0)
     """
 
     def __init__(self, streams: Optional[int] = None, carry: bool = False):
@@ -51,6 +58,8 @@ class Progress:
         self._generation = 0           # bumped by begin() and load(): older iterators stop
         self._started = False          # an iterator has begun the current (epoch, position)
         self._resuming = False         # load() was called: the next begin() resumes
+        self._yielded = False          # the current iterator has yielded a batch
+        self._next_epoch: Optional[int] = None  # set_epoch() during an epoch: the next begin()'s
 
     def begin(self) -> int:
         """Settle ``(epoch, position)`` for a new iterator; return the iterator's generation."""
@@ -59,7 +68,10 @@ class Progress:
             self._resuming = False
         elif self._started:
             self.end_epoch()
+        if self._next_epoch is not None and not self.resumed:
+            self._move(self._next_epoch)
         self._started = True
+        self._yielded = False
         self._generation += 1
         return self._generation
 
@@ -71,12 +83,36 @@ class Progress:
         """Batches were yielded: ``position`` samples of this epoch's global order are done, and
         (out of order) the batches with keys ``ahead`` beyond it."""
         self.position, self.ahead = position, ahead
+        self._yielded = True
+
+    def set_epoch(self, epoch: int, now: bool) -> None:
+        """A framework's (or the user's) epoch number, as ``DistributedSampler.set_epoch``.
+
+        Args:
+            epoch: the epoch to read.
+            now: the current epoch has no batch read yet, or none left (the loader knows which):
+                move to ``epoch``'s start at once; else at the next :meth:`begin`.
+        """
+        if epoch == self.epoch:
+            self._next_epoch = None
+        elif now:
+            if self._yielded:  # the live iterator read its epoch to the end: it will not read this one
+                self._started = False
+            self._move(epoch)
+        else:
+            self._next_epoch = epoch
+
+    def _move(self, epoch: int) -> None:
+        """Go to ``epoch``'s start (an iterable's streams keep what a new epoch starts from)."""
+        self.epoch, self.position, self.ahead = epoch, 0, ()
+        self._next_epoch = None
 
     def end_epoch(self) -> None:
         """The epoch is over: the next one starts at position 0."""
         self.epoch += 1
         self.position, self.ahead = 0, ()
         self._started = False
+        self._yielded = False
         if self._streams is not None:
             carried = self._carry and self.iterable is not None
             self.iterable = self.iterable.carried() if carried else IterableState.fresh(self._streams)
@@ -90,8 +126,15 @@ class Progress:
             self.iterable = iterable
         self._started = False
         self._resuming = True
+        self._yielded = False
+        self._next_epoch = None
 
     @property
     def started(self) -> bool:
         """Whether an iterator has begun the current ``(epoch, position)``."""
         return self._started
+
+    @property
+    def begun(self) -> bool:
+        """Whether batches of the current epoch were read (by an iterator or before a saved state)."""
+        return self.position > 0 or bool(self.ahead)

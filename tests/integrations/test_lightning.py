@@ -33,10 +33,6 @@ pytest.importorskip("pytorch_lightning")
 import seqloader  # noqa: E402
 
 SCRIPT = "_lightning_run.py"
-END_OF_EPOCH = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="seqloader binds an epoch's order at iter(); Lightning resuming at an epoch's end calls iter() "
-           "before set_epoch() without load_state_dict(), or with a state whose epoch is used up")
 
 
 def _run(workdir, expect_rc=0, **config):
@@ -81,7 +77,6 @@ def test_one_device_resumes_exactly_mid_epoch_with_other_num_workers(one_device,
                       num_workers=2)
 
 
-@END_OF_EPOCH
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("ckpt", ["steps/step=25.ckpt", "epochs/step=25.ckpt"],
                          ids=["every_n_train_steps_at_the_last_batch", "ModelCheckpoint_default_per_epoch"])
@@ -110,6 +105,14 @@ def test_ddp_with_the_injected_distributed_sampler_resumes_exactly_in_epoch_1(dd
     epoch1 = [i for rank in range(2) for r in _records(workdir, "resumed", rank) + _records(workdir, "crash", rank)
               if r["epoch"] == 1 for i in r["index"]]
     assert sorted(epoch1) == list(range(_common.N))  # before and after the crash: each sample once
+
+
+@pytest.mark.timeout(300)
+def test_ddp_with_the_injected_distributed_sampler_resumes_exactly_from_an_epochs_end(ddp_distributed_sampler):
+    """ModelCheckpoint's per-epoch checkpoint: Lightning loads no loader state and tells the
+    injected sampler the epoch after iter(); the loader follows the sampler's epoch."""
+    _resume_and_check(ddp_distributed_sampler, "epochs/step=13.ckpt", "resumed_end", 13, ranks=2, devices=2,
+                      build="hook_top")
 
 
 _REBUILD = """
