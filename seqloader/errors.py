@@ -74,15 +74,28 @@ def annotate(stage: Any, index: int, **context: Any) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if not getattr(exc, "_seqloader_annotated", False):
-            extra = ", ".join(f"{k} {v}" for k, v in context.items())
-            where = f"seqloader: raised in {stage!r}" if not isinstance(stage, str) else f"seqloader: raised in {stage}"
-            add_note(exc, f"{where} at item {index}" + (f" ({extra})" if extra else ""))
-            try:
-                setattr(exc, "_seqloader_annotated", True)  # a private marker, not a declared attribute
-            except AttributeError:  # pragma: no cover - exceptions with __slots__
-                pass
+        note_stage(exc, stage, index, **context)
         raise
+
+
+def note_stage(exc: BaseException, stage: Any, index: int, **context: Any) -> None:
+    """Add :func:`annotate`'s note to ``exc`` unless an inner stage already did (for hot paths
+    that use ``try``/``except`` instead of a ``with`` block).
+
+    Example:
+        >>> e = KeyError("x"); note_stage(e, "DataLoader", 3, batch=0); note_stage(e, "outer", 1)
+        >>> e.__notes__
+        ['seqloader: raised in DataLoader at item 3 (batch 0)']
+    """
+    if getattr(exc, "_seqloader_annotated", False):
+        return
+    extra = ", ".join(f"{k} {v}" for k, v in context.items())
+    where = f"seqloader: raised in {stage!r}" if not isinstance(stage, str) else f"seqloader: raised in {stage}"
+    add_note(exc, f"{where} at item {index}" + (f" ({extra})" if extra else ""))
+    try:
+        setattr(exc, "_seqloader_annotated", True)  # a private marker, not a declared attribute
+    except AttributeError:  # pragma: no cover - exceptions with __slots__
+        pass
 
 
 def check_int(op: str, arg: str, value: Any) -> int:

@@ -103,32 +103,68 @@ class FeistelPermutation:
     @staticmethod
     def _f(right: _U64, key: np.uint64, q: np.uint64) -> _U64:
         # numpy's stubs type some uint64 array arithmetic as Any: the annotations restore it.
-        h: _U64 = (right ^ key) * _U_C1
+        # x - (x // q) * q is x % q: numpy divides by a scalar fast (libdivide), not so for %.
+        h: _U64 = right ^ key
+        h *= _U_C1
         h ^= h >> _U32
         h *= _U_C2
-        out: _U64 = (h >> _U32) % q
-        return out
+        h >>= _U32
+        h -= (h // q) * q
+        return h
 
     def _encrypt(self, x: _U64) -> _U64:
         for m, q, key in self._np_params:
-            left, right = np.divmod(x, m)
-            x = right * q + (left + self._f(right, key, q)) % q
+            left: _U64 = x // m
+            right: _U64 = x - left * m
+            s = self._f(right, key, q)
+            s += left                                  # (left + F) < 2q: one subtraction is % q
+            np.subtract(s, q, out=s, where=s >= q)
+            x = right * q
+            x += s
         return x
 
     def _decrypt(self, x: _U64) -> _U64:
         for m, q, key in reversed(self._np_params):
-            right, low = np.divmod(x, q)
-            x = ((low + q - self._f(right, key, q)) % q) * m + right
+            right: _U64 = x // q
+            low: _U64 = x - right * q
+            low += q
+            low -= self._f(right, key, q)                 # in (0, 2q): one subtraction is % q
+            np.subtract(low, q, out=low, where=low >= q)
+            x = low * m
+            x += right
         return x
 
-    def _walk(self, x: _U64, step: Callable[[_U64], _U64]) -> _U64:
-        n = np.uint64(self._n)
+    def _encrypt_int(self, x: int) -> int:
+        for m, q, key in self._params:
+            left, right = divmod(x, m)
+            h = ((right ^ key) * _C1) & _M64
+            h ^= h >> 32
+            h = (h * _C2) & _M64
+            x = right * q + (left + (h >> 32) % q) % q
+        return x
+
+    def _decrypt_int(self, x: int) -> int:
+        for m, q, key in reversed(self._params):
+            right, low = divmod(x, q)
+            h = ((right ^ key) * _C1) & _M64
+            h ^= h >> 32
+            h = (h * _C2) & _M64
+            x = ((low - (h >> 32) % q) % q) * m + right
+        return x
+
+    def _walk(self, x: _U64, step: Callable[[_U64], _U64], step_int: Callable[[int], int]) -> _U64:
+        n = self._n
         y = step(x)
-        todo = np.flatnonzero(y >= n)
-        while todo.size:
+        todo = np.flatnonzero(y >= np.uint64(n))
+        while todo.size > 16:  # many to walk again: vectorised
             z = step(y[todo])
             y[todo] = z
-            todo = todo[z >= n]
+            todo = todo[z >= np.uint64(n)]
+        for i in todo.tolist():  # a few (the usual case): a vectorised pass costs ~100 µs
+            v = int(y[i])
+            while v >= n:
+                v = step_int(v)
+            y[i] = v
         return y
 
     def _check(self, idx: npt.ArrayLike) -> _U64:
@@ -156,14 +192,14 @@ class FeistelPermutation:
         x = self._check(idx)
         if not self._params or x.size == 0:
             return x
-        return self._walk(x.reshape(-1), self._encrypt).reshape(x.shape)
+        return self._walk(x.reshape(-1), self._encrypt, self._encrypt_int).reshape(x.shape)
 
     def inverse(self, idx: npt.ArrayLike) -> _U64:
         """The inverse map: ``p.inverse(p(x)) == x``; same arguments and errors as calling ``p``."""
         x = self._check(idx)
         if not self._params or x.size == 0:
             return x
-        return self._walk(x.reshape(-1), self._decrypt).reshape(x.shape)
+        return self._walk(x.reshape(-1), self._decrypt, self._decrypt_int).reshape(x.shape)
 
     def index(self, i: int) -> int:
         """The image of one position (pure Python; equal to ``int(p(np.array([i]))[0])``).
@@ -176,17 +212,10 @@ class FeistelPermutation:
         n = self._n
         if not 0 <= i < n:
             raise IndexError(f"{self!r}: index {i} out of range [0, {n})")
-        params = self._params
-        x = i
-        while True:
-            for m, q, key in params:
-                left, right = divmod(x, m)
-                h = ((right ^ key) * _C1) & _M64
-                h ^= h >> 32
-                h = (h * _C2) & _M64
-                x = right * q + (left + (h >> 32) % q) % q
-            if x < n:
-                return x
+        x = self._encrypt_int(i)
+        while x >= n:
+            x = self._encrypt_int(x)
+        return x
 
     def __len__(self) -> int:
         return self._n

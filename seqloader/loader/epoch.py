@@ -18,7 +18,7 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
 from seqloader.loader.fetch import EpochBatches
 from seqloader.loader.progress import Progress
-from seqloader.loader.seeding import preserved_globals
+from seqloader.loader.global_rngs import Snapshot
 from seqloader.loader.stats import LoaderStats
 from seqloader.prefetcher.prefetch import ItemTimeout, WorkerDied
 
@@ -237,8 +237,11 @@ class MapIterator(LoaderIterator):
         b = self._low
         try:
             if self._source is self._seq:
-                with preserved_globals():
+                snapshot = Snapshot()  # preserved_globals(), without a generator's overhead
+                try:
                     batch = self._seq[b]
+                finally:
+                    snapshot.restore()
             else:
                 batch = self._source[b]
         except Exception as exc:
@@ -260,7 +263,8 @@ class MapIterator(LoaderIterator):
             self._taken.discard(self._low)
             self._low += 1
         position = self._start if self._low == 0 else self._seq.end_position(self._low - 1)
-        self._progress.advance(position, tuple(sorted(self._seq.key(b) for b in self._taken)))
+        taken = self._taken
+        self._progress.advance(position, tuple(sorted(self._seq.key(b) for b in taken)) if taken else ())
 
     def _release(self) -> None:
         """Close this iterator's own workers (not the loader's persistent ones)."""

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from torch.utils.data import default_collate, default_convert
+from torch.utils.data import default_collate, default_convert, get_worker_info
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 
-from seqloader.errors import annotate
+from seqloader.errors import note_stage
 from seqloader.loader.seeding import DERIVATION, seed_globals
 from seqloader.loader.workers import worker_info_hidden
 from seqloader.sequences.base import LazySequence
@@ -66,14 +66,17 @@ class EpochBatches(LazySequence):
         key, indices = self._plan.batch(b)
         seed_globals(self._seed, self._epoch, key, self._derivation)
         fetcher = _MapDatasetFetcher(self._dataset, self._auto_collation, identity, False)
-        with annotate("DataLoader", key, batch=b, epoch=self._epoch):
+        try:  # (try/except rather than annotate(): this runs once per batch, ~2 µs saved)
             data = fetcher.fetch(indices)
-            if self._collate_fn in _TORCH_DEFAULTS:
+            if self._collate_fn in _TORCH_DEFAULTS and get_worker_info() is not None:
                 # torch's defaults stack into fresh shared memory whenever they see a WorkerInfo;
                 # Prefetch copies results into its own reused slots, so collate in plain memory.
                 with worker_info_hidden():
                     return self._collate_fn(data)
             return self._collate_fn(data)
+        except Exception as exc:
+            note_stage(exc, "DataLoader", key, batch=b, epoch=self._epoch)
+            raise
 
     def key(self, b: int) -> int:
         """The global position of batch ``b``'s first sample (its seeding key)."""

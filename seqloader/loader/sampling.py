@@ -99,6 +99,9 @@ class _Range:
     def lookup(self, pos: np.ndarray) -> list:
         return pos.tolist()
 
+    def run(self, first: int, count: int, stride: int) -> list:
+        return list(range(first, first + count * stride, stride))
+
 
 class _NumpyPermutation:
     """``Generator(PCG64(seed)).permutation(n)``, built on first use in each process (cached)."""
@@ -106,10 +109,16 @@ class _NumpyPermutation:
     def __init__(self, n: int, seed: int):
         self.n, self.seed, self._perm = n, seed, None
 
-    def lookup(self, pos: np.ndarray) -> list:
+    def _permutation(self) -> np.ndarray:
         if self._perm is None:
             self._perm = np.random.Generator(np.random.PCG64(self.seed)).permutation(self.n)
-        return self._perm[pos].tolist()
+        return self._perm
+
+    def lookup(self, pos: np.ndarray) -> list:
+        return self._permutation()[pos].tolist()
+
+    def run(self, first: int, count: int, stride: int) -> list:
+        return self._permutation()[first:first + count * stride:stride].tolist()
 
     def __getstate__(self):  # workers rebuild the permutation rather than receive n ints
         return {"n": self.n, "seed": self.seed}
@@ -135,22 +144,18 @@ class _Bijective:
         self._chunk: Optional[tuple[int, int, np.ndarray]] = None  # (start, stride, images)
 
     def lookup(self, pos: np.ndarray) -> list:
-        if pos.size == 0:
-            return []
-        stride = int(pos[1] - pos[0]) if pos.size > 1 and pos[1] > pos[0] else 1
-        for _ in range(2):
-            if self._chunk is not None:
-                start, step, images = self._chunk
-                off = pos - start
-                k = off // step
-                if step == stride and off.min() >= 0 and k.max() < len(images) and not (off % step).any():
-                    return images[k].tolist()
-            if self._chunk is not None and self._chunk[0] == int(pos[0]):
-                break  # positions that do not fit a stride (a padded last round): direct
-            m = min(self.CHUNK, -(-(self.n - int(pos[0])) // stride))
-            grid = int(pos[0]) + stride * np.arange(m, dtype=np.int64)
-            self._chunk = (int(pos[0]), stride, self.perm(grid).astype(np.int64))
         return self.perm(pos).astype(np.int64).tolist()
+
+    def run(self, first: int, count: int, stride: int) -> list:
+        chunk = self._chunk
+        if chunk is not None and chunk[1] == stride and first >= chunk[0] and (first - chunk[0]) % stride == 0:
+            k = (first - chunk[0]) // stride
+            if k + count <= len(chunk[2]):
+                return chunk[2][k:k + count].tolist()
+        m = max(count, min(self.CHUNK, -(-(self.n - first) // stride)))
+        images = self.perm(first + stride * np.arange(m, dtype=np.int64)).astype(np.int64)
+        self._chunk = (first, stride, images)
+        return images[:count].tolist()
 
     def __getstate__(self):
         return {"n": self.n, "perm": self.perm, "_chunk": None}
@@ -168,6 +173,10 @@ class _Listed:
         if isinstance(self.items, np.ndarray):
             return self.items[pos].tolist()
         return [self.items[p] for p in pos.tolist()]
+
+    def run(self, first: int, count: int, stride: int) -> list:
+        picked = self.items[first:first + count * stride:stride]
+        return picked.tolist() if isinstance(picked, np.ndarray) else list(picked)
 
 
 def materialise_order(sampler: Any) -> _Listed:
@@ -231,12 +240,13 @@ class OrderPlan:
 
     def batch(self, b: int) -> tuple[int, Any]:
         """``(key, indices)`` of batch ``b`` (a single index when ``batch_size`` is ``None``)."""
-        j = np.arange(b * self.bs, min((b + 1) * self.bs, self.per_rank), dtype=np.int64)
-        g = self.start + self.rank + j * self.world
-        n = self.order.n
-        if g.size and g[-1] >= n:
-            g = g % n  # padding wraps to the start of the order, as in DistributedSampler
-        idx = self.order.lookup(g)
+        lo, hi = b * self.bs, min((b + 1) * self.bs, self.per_rank)
+        first = self.start + self.rank + lo * self.world
+        if hi > lo and first + (hi - 1 - lo) * self.world < self.order.n:
+            idx = self.order.run(first, hi - lo, self.world)
+        else:  # padding wraps to the start of the order, as in DistributedSampler
+            g = self.start + self.rank + np.arange(lo, hi, dtype=np.int64) * self.world
+            idx = self.order.lookup(g % self.order.n) if g.size else []
         return self.key(b), (idx[0] if self.single else idx)
 
     def end_position(self, b: int) -> int:
@@ -332,7 +342,7 @@ class BijectiveShuffleSampler(torch.utils.data.Sampler):
         order = self.order(self.epoch)
         chunk = 1 << 16
         for lo in range(0, order.n, chunk):
-            yield from order.lookup(np.arange(lo, min(lo + chunk, order.n), dtype=np.int64))
+            yield from order.run(lo, min(chunk, order.n - lo), 1)
 
     def state_dict(self) -> dict:
         """``{"seed": int}``; the loader keeps the epoch itself."""

@@ -16,6 +16,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from seqloader.loader.global_rngs import Snapshot
 from seqloader.rng import derive_seed, hash_seed
 
 __all__ = ["DERIVATION", "preserved_globals", "seed_globals", "torch_seed"]
@@ -27,6 +28,8 @@ __all__ = ["DERIVATION", "preserved_globals", "seed_globals", "torch_seed"]
 #: batch seeds from ``hash_seed`` (~1 µs); torch seeded with the top 63 bits, so
 #: ``torch.initial_seed()`` fits a signed 64-bit int as it does under torch's loader.
 DERIVATION = 2
+
+_C_SEED = random.Random.__mro__[1].seed  # _random.Random.seed, under random.Random.seed
 
 
 def torch_seed(s: int, derivation: int = DERIVATION) -> int:
@@ -61,7 +64,9 @@ def seed_globals(seed: int, epoch: int, index: int, derivation: int = DERIVATION
         s = derive_seed(seed, "batch_globals", epoch, index)
     else:
         s = hash_seed(seed, "batch_globals", epoch, index)
-    random.seed(s)
+    # random.seed(s) without its Python wrapper (the same two steps, ~1 µs less per batch)
+    _C_SEED(random._inst, s)  # type: ignore[attr-defined]
+    random._inst.gauss_next = None  # type: ignore[attr-defined]
     np.random.seed(s & 0xFFFFFFFF)
     # Same stream as torch.manual_seed(s) on the CPU, without its accelerator hooks: those cost
     # about 1 ms per call on a CPU-only build and would reseed CUDA generators that
@@ -72,7 +77,8 @@ def seed_globals(seed: int, epoch: int, index: int, derivation: int = DERIVATION
 
 @contextlib.contextmanager
 def preserved_globals() -> Iterator[None]:
-    """Save the states of ``random``, ``numpy.random`` and torch's CPU generator; restore on exit.
+    """Save the states of ``random``, ``numpy.random`` and torch's CPU generator; restore on exit
+    (:class:`~seqloader.loader.global_rngs.Snapshot`).
 
     Example:
         >>> random.seed(1); before = random.random(); random.seed(1)
@@ -81,10 +87,8 @@ def preserved_globals() -> Iterator[None]:
         >>> random.random() == before
         True
     """
-    py, npy, th = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    snapshot = Snapshot()  # a raw copy: ~5 µs for the three, against ~100 µs through get_state()
     try:
         yield
     finally:
-        random.setstate(py)
-        np.random.set_state(npy)
-        torch.random.set_rng_state(th)
+        snapshot.restore()

@@ -1,0 +1,143 @@
+"""L3: save and restore the global RNGs (``random``, ``numpy.random``, torch's CPU generator) fast.
+
+At ``num_workers=0`` every batch is computed in the caller's process, between a save and a
+restore of the three global RNG states (:func:`~seqloader.loader.seeding.preserved_globals`).
+The public APIs copy each state through Python objects: ``numpy.random.get_state()`` and
+``set_state()`` alone cost about 90 µs per batch (a tuple, a 624-word array, validation), more than
+torch's own loader spends on a batch of 256 small items.
+
+A :class:`Snapshot` copies the same bytes directly:
+
+* numpy: the legacy global ``RandomState``'s MT19937 state (624 words and a position), through
+  the bit generator's public ``ctypes.state_address``, plus the ``RandomState``'s cached second
+  Gaussian (``has_gauss``, ``gauss``), which ``get_state()`` also saves;
+* ``random``: the Mersenne Twister words and index of ``random``'s hidden instance, plus its
+  ``gauss_next``;
+* torch: ``get_state()``/``set_state()`` (already a single copy).
+
+The two raw locations are *found*, not assumed: :func:`layout` sets known states through the
+public APIs on throwaway generators and looks for them in memory, and accepts a location only if
+exactly one matches every probe. Where that fails (another Python or numpy build), snapshots use
+the public APIs: the same states, only slower (``FAST`` is then ``False``; a test checks that
+CI's build takes the fast path).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import random
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+import torch
+
+__all__ = ["Snapshot", "layout"]
+
+_MT_WORDS = 624
+_MT_BYTES = 4 * _MT_WORDS + 4  # numpy's mt19937_state and CPython's RandomObject: 624 words + an int
+
+
+class Layout(NamedTuple):
+    """Where the raw states live (byte offsets from the object's address)."""
+
+    numpy_gauss: int      # RandomState: ``int has_gauss`` (4 bytes, padding), ``double gauss``
+    random_index: int     # _random.Random: ``int index`` followed by ``uint32_t state[624]``
+
+
+def _find(blob: bytes, needle: bytes) -> list[int]:
+    out, at = [], blob.find(needle)
+    while at >= 0:
+        out.append(at)
+        at = blob.find(needle, at + 1)
+    return out
+
+
+def _numpy_gauss_offset() -> Optional[int]:
+    rs = np.random.RandomState(0)
+    size = type(rs).__basicsize__
+    key = np.arange(_MT_WORDS, dtype=np.uint32)
+    found: Optional[set[int]] = None
+    for has_gauss, gauss in ((1, 0.8414709848078965), (0, -1.2345678912345678e-300), (1, 3.0e200)):
+        rs.set_state(("MT19937", key, 5, has_gauss, gauss))
+        mt = ctypes.string_at(rs._bit_generator.ctypes.state_address, _MT_BYTES)
+        if mt != key.tobytes() + (5).to_bytes(4, "little"):  # the MT19937 words, then pos
+            return None
+        blob = ctypes.string_at(id(rs), size)
+        hits = {at - 8 for at in _find(blob, np.float64(gauss).tobytes()) if at % 8 == 0 and at >= 8
+                and int.from_bytes(blob[at - 8:at - 4], "little", signed=True) == has_gauss}
+        found = hits if found is None else found & hits
+    return found.pop() if found is not None and len(found) == 1 else None
+
+
+def _random_index_offset() -> Optional[int]:
+    r = random.Random()
+    size = type(r).__basicsize__
+    found: Optional[set[int]] = None
+    for base, index in ((1000, 7), (77_000, 624), (5, 0)):
+        words = tuple(range(base, base + _MT_WORDS))
+        r.setstate((3, words + (index,), None))
+        blob = ctypes.string_at(id(r), size)
+        packed = np.array(words, dtype=np.uint32).tobytes()
+        hits = {at - 4 for at in _find(blob, packed) if at >= 4
+                and int.from_bytes(blob[at - 4:at], "little", signed=True) == index}
+        found = hits if found is None else found & hits
+    return found.pop() if found is not None and len(found) == 1 else None
+
+
+@functools.lru_cache(maxsize=None)
+def layout() -> Optional[Layout]:
+    """The raw layout of this build's global RNG objects, or ``None`` (then the public APIs are used).
+
+    Example:
+        >>> layout() is None or layout().random_index > 0
+        True
+    """
+    if not (isinstance(np.random.mtrand._rand, np.random.RandomState)
+            and isinstance(np.random.mtrand._rand._bit_generator, np.random.MT19937)
+            and type(random._inst).__mro__[1].__name__ == "Random"):  # type: ignore[attr-defined]
+        return None
+    gauss, index = _numpy_gauss_offset(), _random_index_offset()
+    return None if gauss is None or index is None else Layout(gauss, index)
+
+
+class Snapshot:
+    """The three global RNG states, taken when the snapshot is made; :meth:`restore` puts them back.
+
+    Example:
+        >>> import random
+        >>> snap = Snapshot(); a = random.random(); b = float(np.random.rand())
+        >>> snap.restore(); (random.random(), float(np.random.rand())) == (a, b)
+        True
+    """
+
+    __slots__ = ("_numpy", "_random", "_gauss_next", "_torch")
+
+    def __init__(self) -> None:
+        where = layout()
+        self._torch = torch.default_generator.get_state()
+        if where is None:
+            self._numpy: Any = np.random.get_state()
+            self._random: Any = random.getstate()
+            return
+        rs = np.random.mtrand._rand
+        self._numpy = (ctypes.string_at(rs._bit_generator.ctypes.state_address, _MT_BYTES),
+                       ctypes.string_at(id(rs) + where.numpy_gauss, 16))
+        inst = random._inst  # type: ignore[attr-defined]
+        self._random = ctypes.string_at(id(inst) + where.random_index, _MT_BYTES)
+        self._gauss_next = inst.gauss_next
+
+    def restore(self) -> None:
+        """Put the saved states back (a snapshot can be restored more than once)."""
+        where = layout()
+        torch.default_generator.set_state(self._torch)
+        if where is None:
+            np.random.set_state(self._numpy)
+            random.setstate(self._random)
+            return
+        rs = np.random.mtrand._rand
+        ctypes.memmove(rs._bit_generator.ctypes.state_address, self._numpy[0], _MT_BYTES)
+        ctypes.memmove(id(rs) + where.numpy_gauss, self._numpy[1], 16)
+        inst = random._inst  # type: ignore[attr-defined]
+        ctypes.memmove(id(inst) + where.random_index, self._random, _MT_BYTES)
+        inst.gauss_next = self._gauss_next

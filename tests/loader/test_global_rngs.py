@@ -1,0 +1,113 @@
+"""Raw snapshots of the global RNGs restore exactly what the public ``get_state`` APIs would.
+
+``seqloader.loader.global_rngs`` copies the states' bytes (found by probing, see its docstring)
+instead of going through ``numpy.random.get_state``/``random.getstate``; each test compares
+with the public APIs, including the cached Gaussians both generators keep beside their words.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqloader import DataLoader
+from seqloader.loader import global_rngs
+from seqloader.loader.global_rngs import Snapshot
+
+
+def public_states():
+    np_state = np.random.get_state()
+    return (np_state[0], np_state[1].tolist(), *np_state[2:]), random.getstate(), torch.get_rng_state()
+
+
+def assert_same(a, b):
+    assert a[0] == b[0]
+    assert a[1] == b[1]
+    assert torch.equal(a[2], b[2])
+
+
+def draw(kind: int, seed: int) -> None:
+    """Move the three generators in one of several ways, including the cached Gaussians."""
+    if kind == 0:
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
+        torch.manual_seed(seed)
+    elif kind == 1:
+        np.random.randn(seed % 5 + 1)       # an odd count leaves a cached Gaussian
+        random.gauss(0, 1)                   # sets or uses gauss_next
+    elif kind == 2:
+        np.random.randint(0, 100, size=seed % 700)  # crosses a 624-word refill sometimes
+        random.random()
+    else:
+        torch.rand(seed % 9 + 1)
+        np.random.rand()
+
+
+def test_this_build_takes_the_fast_path():
+    """CI's Python and numpy: the raw layout is found (a numpy upgrade that breaks it shows here)."""
+    assert global_rngs.layout() is not None
+
+
+@settings(max_examples=40)
+@given(before=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**40)), max_size=6),
+       inside=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**40)), min_size=1, max_size=6),
+       fast=st.booleans())
+def test_restore_puts_back_exactly_the_public_state(before, inside, fast):
+    with pytest.MonkeyPatch.context() as mp:
+        if not fast:  # the public-API path, used where the layout is not found
+            mp.setattr(global_rngs, "layout", lambda: None)
+        check_round_trip(before, inside)
+
+
+def check_round_trip(before, inside):
+    for kind, seed in before:
+        draw(kind, seed)
+    want = public_states()
+    snap = Snapshot()
+    for kind, seed in inside:
+        draw(kind, seed)
+    snap.restore()
+    assert_same(public_states(), want)
+    # and the next draws are the ones the saved state gives, cached Gaussians first
+    got = (np.random.randn(3).tolist(), random.gauss(0, 1), torch.rand(2))
+    np.random.set_state(want[0][:1] + (np.array(want[0][1], dtype=np.uint32),) + want[0][2:])
+    random.setstate(want[1])
+    torch.set_rng_state(want[2])
+    assert got[:2] == (np.random.randn(3).tolist(), random.gauss(0, 1))
+    assert torch.equal(got[2], torch.rand(2))
+
+
+class Draws(torch.utils.data.Dataset):
+    """Items drawn from the three global RNGs, Gaussians included."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return torch.tensor([float(np.random.randn()), random.gauss(0, 1), float(torch.randn(()))])
+
+
+def test_the_callers_states_with_cached_gaussians_are_untouched_by_each_batch():
+    np.random.seed(1)
+    np.random.randn()          # numpy now holds a cached second Gaussian
+    random.seed(2)
+    random.gauss(0, 1)         # and random its gauss_next
+    torch.manual_seed(3)
+    it = iter(DataLoader(Draws(), batch_size=5, shuffle=True, seed=0))
+    batches = []
+    while True:
+        before = public_states()
+        try:
+            batches.append(next(it))
+        except StopIteration:
+            break
+        assert_same(public_states(), before)
+    want = public_states()
+    again = list(DataLoader(Draws(), batch_size=5, shuffle=True, seed=0))
+    assert_same(public_states(), want)
+    assert all(torch.equal(a, b) for a, b in zip(batches, again))  # batches do not depend on the caller
