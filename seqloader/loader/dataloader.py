@@ -66,12 +66,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             ``RandomSampler``. A custom ``sampler``/``batch_sampler`` is iterated (indices only)
             at the start of each epoch; if it has ``state_dict``/``load_state_dict`` its state
             from the start of the epoch is saved. :class:`~seqloader.BijectiveShuffleSampler` is
-            read in O(1) per batch. ``in_order=False`` (map-style, with workers) yields
-            batches as they complete; the state then records the in-order watermark and the
-            few batches yielded past it, so a resume yields each remaining batch once. An ``IterableDataset`` is read as one stream per
-            worker, round-robin like torch, on seqloader's workers (kept across epochs with
-            ``persistent_workers``); it resumes from each stream's state, with the same
-            ``num_workers`` only.
+            read in O(1) per batch. ``in_order=False`` (with workers) yields batches as they
+            complete; the state then records the in-order watermark and the few batches
+            yielded past it, so a resume yields each remaining batch once. An
+            ``IterableDataset`` is read as one stream per worker, round-robin like torch, on
+            seqloader's workers (kept across epochs with ``persistent_workers``); it resumes
+            from each stream's state, with the same ``num_workers`` only.
         snapshot_every_n_steps: accepted for torchdata compatibility and kept as an attribute;
             it changes nothing, since every ``state_dict()`` is exact at no per-step cost.
         seed: an int in ``[0, 2**64)``; ``None`` draws one from ``generator`` (torch's default

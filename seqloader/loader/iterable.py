@@ -34,7 +34,8 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin
 from seqloader.errors import annotate
 from seqloader.loader.epoch import LoaderIterator, infrastructure_error, superseded_error
 from seqloader.loader.progress import Progress
-from seqloader.loader.seeding import preserved_globals, seed_globals
+from seqloader.loader.global_rngs import Snapshot
+from seqloader.loader.seeding import seed_globals
 from seqloader.loader.state import is_stateful
 from seqloader.loader.workers import worker_info_hidden
 from seqloader.sequences.base import LazySequence
@@ -75,6 +76,8 @@ class StreamBatches(LazySequence):
         streams: ``max(1, num_workers)``.
         start: the first ``i`` read (a resume's position), ``resume``: the streams' saved entries
             (``IterableState.workers``), or ``None`` to start every stream afresh.
+        skip: items above ``start`` already yielded (out of order): each stream's first item is
+            its first turn at or after ``start`` that is not skipped.
         batch_size, drop_last, collate_fn: as in torch's loader.
         seed, epoch, derivation: the global-RNG seeding of each batch.
 
@@ -90,8 +93,9 @@ class StreamBatches(LazySequence):
 
     def __init__(self, dataset: Any, streams: int, start: int, resume: Optional[tuple],
                  batch_size: Optional[int], drop_last: bool, collate_fn: Callable, seed: int,
-                 epoch: int, derivation: int = 2):
+                 epoch: int, derivation: int = 2, skip: frozenset = frozenset()):
         self._dataset, self._streams, self._start, self._resume = dataset, streams, start, resume
+        self._skip = skip
         self._batch_size, self._drop_last, self._collate_fn = batch_size, drop_last, collate_fn
         self._seed, self._epoch, self._derivation = seed, epoch, derivation
         self._live: dict[int, _Stream] = {}
@@ -107,6 +111,8 @@ class StreamBatches(LazySequence):
 
     def _open(self, w: int) -> _Stream:
         first = self._start + (w - self._start) % self._streams
+        while first in self._skip:  # a stream's batches are yielded in its order: skips are its first turns
+            first += self._streams
         saved = None if self._resume is None else self._resume[w]
         ds = self._dataset
         state = None if saved is None else saved["state"]
@@ -190,7 +196,15 @@ class StreamBatches(LazySequence):
 
 class IterableIterator(LoaderIterator):
     """One epoch over an ``IterableDataset``: reads :class:`StreamBatches`, skips ended turns,
-    records each stream's progress, and ends the epoch when every stream has ended."""
+    records each stream's progress, and ends the epoch when every stream has ended.
+
+    With workers and ``in_order=False`` (or when resuming a state saved that way) items are taken
+    as they complete (:meth:`~seqloader.prefetcher.prefetch.Prefetch.take`): a slow stream holds
+    up only its own worker. Each stream's batches still come in the stream's order (its worker
+    computes them one after another, and replies are read in arrival order), so the per-stream
+    records stay exact; the position is then a watermark (every item before it was yielded or
+    skipped) plus the items yielded above it (``ahead``), as for a map-style dataset.
+    """
 
     def __init__(self, loader: Any, progress: Progress, generation: int, pin_device: Optional[str]):
         self._loader = loader  # kept alive: its finalizer closes the persistent workers we read
@@ -202,11 +216,13 @@ class IterableIterator(LoaderIterator):
             _log.warning("seqloader.DataLoader: %s has no state_dict/load_state_dict; resuming "
                          "replays its streams (skips %d already yielded batches)",
                          type(loader.dataset).__name__, sum(w["batches"] for w in resume))
+        skip = frozenset(progress.ahead)
         self._seq = StreamBatches(loader.dataset, len(saved.workers), progress.position, resume,
                                   loader.batch_size, loader.drop_last, loader.collate_fn, loader.seed,
-                                  progress.epoch, loader._derivation)
+                                  progress.epoch, loader._derivation, skip)
         self._source: Any = self._seq
         self._owns_source = False
+        self._unordered = False
         if loader.num_workers == 0:  # like torch: iter(dataset) when the loader's iterator is made
             stream = self._seq.stream(0)
             if not stream.ended:
@@ -216,20 +232,54 @@ class IterableIterator(LoaderIterator):
             self._owns_source = not loader._workers.is_persistent(self._source)
             self._source.start()  # like torch: a failing worker_init_fn raises here, at iter()
             loader._stats.attach(self._source)
+            # an in-order read would compute skipped items (the workers read ahead): take them
+            self._unordered = not loader.in_order or bool(skip)
+            if self._unordered:
+                self._source.seek(progress.position, skip=skip)
+        self._window = 4 * loader.num_workers * (loader.prefetch_factor or 2)
+        self._low = progress.position            # every item before it was yielded (or skipped)
+        self._taken = set(skip)                  # items yielded above it
         self._ended = {w for w, s in enumerate(saved.workers) if s["exhausted"]}
         self._done = False
 
-    def _read(self, i: int) -> StreamItem:
+    def _read(self) -> StreamItem:
+        """The next item: item ``_low`` in order, else the first to complete."""
         if self._source is self._seq:
-            with preserved_globals():
-                return self._seq[i]
+            i = self._low
+            snapshot = Snapshot()
+            try:
+                out = self._seq[i]
+            except Exception:
+                self._took(i)  # a batch that raised is consumed too
+                raise
+            finally:
+                snapshot.restore()
+            self._took(i)
+            return out
         try:
-            return self._source[i]
+            if self._unordered:
+                i, out = self._source.take(window=self._window)
+            else:
+                i = self._low
+                out = self._source[i]
         except Exception as exc:
-            replacement = infrastructure_error(exc, self._loader.timeout, i)
+            replacement = infrastructure_error(exc, self._loader.timeout, self._low)
             if replacement is not None:
                 raise replacement from exc
+            self._took(getattr(exc, "seqloader_index", None) if self._unordered else self._low)
             raise
+        self._took(i)
+        return out
+
+    def _took(self, i: Optional[int]) -> None:
+        """Item ``i`` was consumed: move the watermark and the progress."""
+        if i is None:
+            return
+        self._taken.add(i)
+        while self._low in self._taken:
+            self._taken.discard(self._low)
+            self._low += 1
+        self._progress.advance(self._low, tuple(sorted(self._taken)) if self._taken else ())
 
     def _next(self) -> Any:
         if self._done:
@@ -240,11 +290,7 @@ class IterableIterator(LoaderIterator):
             raise superseded_error()
         streams = progress.iterable
         while len(self._ended) < len(streams.workers):
-            i = progress.position
-            try:
-                out = self._read(i)
-            finally:  # a batch that raised is consumed too
-                progress.advance(i + 1)
+            out = self._read()
             if out.ended:
                 self._ended.add(out.stream)
                 streams.mark_exhausted(out.stream, out.state)

@@ -232,3 +232,77 @@ def test_at_num_workers_0_iter_opens_the_stream_so_a_state_before_any_batch_resu
     resumed = DataLoader(ds, batch_size=None, seed=0)  # the same object, now at its end
     resumed.load_state_dict(sd)
     assert [int(x) for x in resumed] == list(range(10))
+
+
+class SlowSecondStream(torch.utils.data.IterableDataset):
+    """Worker w yields 10 * w + k for k < 5; worker 1's first item waits until the reader has
+    received worker 0's last item and set ``release`` (a fork-shared event), so with
+    ``in_order=False`` worker 0's stream certainly comes first whatever the machine's load."""
+
+    def __init__(self):
+        import multiprocessing
+        self.release = multiprocessing.get_context("fork").Event()
+
+    def __iter__(self):
+        w = torch.utils.data.get_worker_info().id
+        for k in range(5):
+            if w == 1 and k == 0:
+                assert self.release.wait(60), "the reader never got stream 0's last item"
+            yield 10 * w + k
+
+
+def _stream_loader(ds, in_order):
+    return DataLoader(ds, batch_size=None, num_workers=2, in_order=in_order, seed=0,
+                      multiprocessing_context="fork")
+
+
+def test_in_order_false_yields_a_streams_batches_while_another_stream_is_stuck_and_resumes_each_once():
+    ds = SlowSecondStream()
+    got, states = [], []
+    for x in _stream_loader(ds, in_order=False):
+        got.append(int(x))
+        if got[-1] == 4:
+            ds.release.set()
+    assert got == [0, 1, 2, 3, 4, 10, 11, 12, 13, 14]  # torch's in-order round-robin: 0, 10, 1, 11, ...
+    ds = SlowSecondStream()  # stuck again: states taken while stream 1's first item is pending
+    loader = _stream_loader(ds, in_order=False)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+        states.append(json_round_trip(loader.state_dict()))
+    ds.release.set()
+    del it
+    assert states[-1]["position"] == 1 and states[-1]["ahead"] == [2, 4]  # items 0, 2, 4: stream 0
+    for sd in states:
+        done = sd["iterable"]["workers"][0]["batches"] + sd["iterable"]["workers"][1]["batches"]
+        for in_order in (False, True):
+            resumed = _stream_loader(ds, in_order)
+            resumed.load_state_dict(sd)
+            rest = [int(x) for x in resumed]
+            assert sorted(got[:done] + rest) == sorted(got), (sd, in_order, rest)
+            for w in (0, 1):  # each stream's batches in the stream's order
+                mine = [x for x in rest if x // 10 == w]
+                assert mine == sorted(mine)
+
+
+@pytest.mark.parametrize("resume_in_order", [False, True])
+def test_in_order_false_with_stateful_streams_resumes_every_batch_once_with_the_same_values(resume_in_order):
+    """Completion order varies from run to run; each batch's content (the item and its draw
+    from torch's global RNG) does not, and a resume from any step yields exactly the rest."""
+    def loader(in_order):
+        return DataLoader(Sharded(), batch_size=2, num_workers=2, in_order=in_order, seed=3)
+
+    ref = loader(False)
+    got, states = [], []
+    for batch in ref:
+        got.append(batch)
+        states.append(json_round_trip(ref.state_dict()))
+    by_first = {int(b[0, 0]): b for b in got}
+    assert sorted(by_first) == sorted(int(b[0, 0]) for b in DataLoader(Sharded(), batch_size=2, num_workers=2, seed=3))
+    for j, sd in enumerate(states):
+        resumed = loader(resume_in_order)
+        resumed.load_state_dict(sd)
+        rest = list(resumed)
+        assert sorted(int(b[0, 0]) for b in got[:j + 1] + rest) == sorted(by_first)
+        for b in rest:
+            assert torch.equal(b, by_first[int(b[0, 0])])
