@@ -20,6 +20,7 @@ from seqloader.loader.fetch import EpochBatches
 from seqloader.loader.progress import Progress
 from seqloader.loader.global_rngs import Snapshot
 from seqloader.loader.stats import LoaderStats
+from seqloader.loader.watermark import Watermark
 from seqloader.prefetcher.prefetch import ItemTimeout, WorkerDied
 
 __all__ = ["LoaderIterator", "MapIterator", "infrastructure_error", "pin_device", "superseded_error"]
@@ -107,9 +108,13 @@ def pin_device(loader: Any) -> Optional[str]:
 
 
 class LoaderIterator:
-    """What every loader iterator shares: ``iter`` is itself, and each ``next()`` is timed."""
+    """What every loader iterator shares: ``iter`` is itself; a finished iterator stays finished,
+    one superseded by a later ``iter()``/``load_state_dict()`` raises; each ``next()`` is timed."""
 
     _stats: LoaderStats
+    _progress: Progress
+    _generation: int
+    _done: bool
 
     def __iter__(self) -> "LoaderIterator":
         return self
@@ -117,7 +122,15 @@ class LoaderIterator:
     def _next(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _finish(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
     def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        if self._progress.superseded(self._generation):
+            self._finish()
+            raise superseded_error()
         stats = self._stats
         start = stats.start()
         try:
@@ -179,8 +192,7 @@ class MapIterator(LoaderIterator):
         self._epoch = progress.epoch
         self._start = progress.position          # the epoch's position before this sequence
         self._ahead = progress.ahead
-        self._taken = set(skip)                  # batches yielded (or skipped) at or past _low
-        self._low = 0                            # every batch before it was yielded
+        self._read_up_to = Watermark(0, skip)    # batches of seq yielded (or skipped)
         self._left = len(seq) - len(skip)        # batches still to yield
         self._watch = self._loader._epoch_watch()
 
@@ -198,12 +210,7 @@ class MapIterator(LoaderIterator):
         return len(self._seq)
 
     def _next(self) -> Any:
-        if self._done:
-            raise StopIteration
         progress = self._progress
-        if progress.superseded(self._generation):
-            self._finish()
-            raise superseded_error()
         if not self._settled:
             self._settle()
         elif progress.epoch != self._epoch:  # set_epoch() moved on after this epoch's last batch
@@ -227,14 +234,14 @@ class MapIterator(LoaderIterator):
             try:
                 b, batch = self._source.take(window=self._window)
             except Exception as exc:
-                replacement = infrastructure_error(exc, self._loader.timeout, self._low)
+                replacement = infrastructure_error(exc, self._loader.timeout, self._read_up_to.low)
                 if replacement is not None:
                     raise replacement from exc
                 self._yielded(getattr(exc, "seqloader_index", None))  # the batch's own error
                 raise
             self._yielded(b)
             return b, batch
-        b = self._low
+        b = self._read_up_to.low
         try:
             if self._source is self._seq:
                 snapshot = Snapshot()  # preserved_globals(), without a generator's overhead
@@ -257,14 +264,12 @@ class MapIterator(LoaderIterator):
         """Batch ``b`` was consumed: move the watermark and the progress."""
         if b is None:
             return
-        self._taken.add(b)
         self._left -= 1
-        while self._low in self._taken:
-            self._taken.discard(self._low)
-            self._low += 1
-        position = self._start if self._low == 0 else self._seq.end_position(self._low - 1)
-        taken = self._taken
-        self._progress.advance(position, tuple(sorted(self._seq.key(b) for b in taken)) if taken else ())
+        mark = self._read_up_to
+        mark.consume(b)
+        position = self._start if mark.low == 0 else self._seq.end_position(mark.low - 1)
+        above = mark.above
+        self._progress.advance(position, tuple(sorted(self._seq.key(k) for k in above)) if above else ())
 
     def _release(self) -> None:
         """Close this iterator's own workers (not the loader's persistent ones)."""

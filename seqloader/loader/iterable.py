@@ -32,11 +32,12 @@ from torch.utils.data import default_collate, default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
 from seqloader.errors import annotate
-from seqloader.loader.epoch import LoaderIterator, infrastructure_error, superseded_error
+from seqloader.loader.epoch import LoaderIterator, infrastructure_error
 from seqloader.loader.progress import Progress
 from seqloader.loader.global_rngs import Snapshot
 from seqloader.loader.seeding import seed_globals
 from seqloader.loader.state import is_stateful
+from seqloader.loader.watermark import Watermark
 from seqloader.loader.workers import worker_info_hidden
 from seqloader.sequences.base import LazySequence
 
@@ -237,15 +238,15 @@ class IterableIterator(LoaderIterator):
             if self._unordered:
                 self._source.seek(progress.position, skip=skip)
         self._window = 4 * loader.num_workers * (loader.prefetch_factor or 2)
-        self._low = progress.position            # every item before it was yielded (or skipped)
-        self._taken = set(skip)                  # items yielded above it
+        self._read_up_to = Watermark(progress.position, skip)  # items yielded (or ended turns)
         self._ended = {w for w, s in enumerate(saved.workers) if s["exhausted"]}
         self._done = False
 
     def _read(self) -> StreamItem:
-        """The next item: item ``_low`` in order, else the first to complete."""
+        """The next item: the watermark's in order, else the first to complete."""
+        low = self._read_up_to.low
         if self._source is self._seq:
-            i = self._low
+            i = low
             snapshot = Snapshot()
             try:
                 out = self._seq[i]
@@ -260,13 +261,13 @@ class IterableIterator(LoaderIterator):
             if self._unordered:
                 i, out = self._source.take(window=self._window)
             else:
-                i = self._low
+                i = low
                 out = self._source[i]
         except Exception as exc:
-            replacement = infrastructure_error(exc, self._loader.timeout, self._low)
+            replacement = infrastructure_error(exc, self._loader.timeout, low)
             if replacement is not None:
                 raise replacement from exc
-            self._took(getattr(exc, "seqloader_index", None) if self._unordered else self._low)
+            self._took(getattr(exc, "seqloader_index", None) if self._unordered else low)
             raise
         self._took(i)
         return out
@@ -275,19 +276,12 @@ class IterableIterator(LoaderIterator):
         """Item ``i`` was consumed: move the watermark and the progress."""
         if i is None:
             return
-        self._taken.add(i)
-        while self._low in self._taken:
-            self._taken.discard(self._low)
-            self._low += 1
-        self._progress.advance(self._low, tuple(sorted(self._taken)) if self._taken else ())
+        mark = self._read_up_to
+        mark.consume(i)
+        self._progress.advance(mark.low, tuple(sorted(mark.above)) if mark.above else ())
 
     def _next(self) -> Any:
-        if self._done:
-            raise StopIteration
         progress = self._progress
-        if progress.superseded(self._generation):
-            self._finish()
-            raise superseded_error()
         streams = progress.iterable
         while len(self._ended) < len(streams.workers):
             out = self._read()
