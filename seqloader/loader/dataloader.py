@@ -223,7 +223,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         read the next epoch's order. The epoch moves to ``epoch``'s start at once when no batch of
         the current epoch was read yet, or none is left: an iterator that has not yielded a batch
         reads ``epoch`` from its first ``next()``. Mid-epoch it applies from the next ``iter()``
-        (the running epoch, and a resumed one, are read to their end as they began).
+        (the running epoch, and a resumed one, are read to their end as they began). A sampler
+        of yours with ``set_epoch`` (a ``DistributedSampler``) is told too, as accelerate's
+        loaders do.
 
         Args:
             epoch: a non-negative int.
@@ -236,14 +238,19 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             >>> it = iter(loader); loader.set_epoch(4)    # before the first batch: epoch 4 now
             >>> first = next(it); loader.state_dict()["epoch"]
             4
-            >>> loader.set_epoch(7); _ = next(it)          # mid-epoch: from the next iter()
-            >>> loader.state_dict()["epoch"], (_ := iter(loader)) and loader.state_dict()["epoch"]
-            (4, 7)
+            >>> loader.set_epoch(7); second = next(it)     # mid-epoch: from the next iter()
+            >>> loader.state_dict()["epoch"]
+            4
+            >>> _ = iter(loader); loader.state_dict()["epoch"]
+            7
             >>> loader.set_epoch(-1)
             Traceback (most recent call last):
             ValueError: DataLoader.set_epoch: epoch must be a non-negative int (got -1)
         """
         epoch = check_nonnegative_int("DataLoader.set_epoch", "epoch", epoch)
+        watch = self._epoch_watch()
+        if watch is not None:
+            watch[0].set_epoch(epoch)
         self._set_epoch(epoch, used_up=None)
 
     def _set_epoch(self, epoch: int, used_up: Optional[bool]) -> None:

@@ -178,3 +178,19 @@ def test_an_iterable_loader_takes_set_epoch_before_iter_and_mid_stream_from_the_
 def test_set_epoch_rejects_what_is_not_a_non_negative_int(bad):
     with pytest.raises((ValueError, TypeError), match="DataLoader.set_epoch: epoch"):
         make().set_epoch(bad)
+
+
+def test_the_loaders_set_epoch_also_tells_a_custom_sampler():
+    def loader():
+        sampler = DistributedSampler(Aug(), num_replicas=1, rank=0, shuffle=True, seed=3)
+        return DataLoader(Aug(), batch_size=BATCH, sampler=sampler, seed=7), sampler
+
+    ref, ref_sampler = loader()
+    epochs = []
+    for e in range(3):
+        ref_sampler.set_epoch(e)
+        epochs.append(list(ref))
+    fresh, sampler = loader()
+    fresh.set_epoch(2)
+    assert sampler.epoch == 2
+    assert_batches_equal(list(fresh), epochs[2])
