@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from seqloader import permutation
 from seqloader.permutation import MAX_N, FeistelPermutation
 
 seeds = st.integers(0, 2**64 - 1)
@@ -139,3 +140,13 @@ def test_cycle_walking_is_exercised():
     raw = p._encrypt(np.arange(10, dtype=np.uint64))
     assert raw.max() >= 10
     assert sorted(p(np.arange(10)).tolist()) == list(range(10))
+
+
+@given(n=st.integers(1, 10**12), seed=st.integers(0, 2**64 - 1), start=st.integers(0, 10**12))
+def test_a_long_array_and_its_short_pieces_map_alike(n, seed, start):
+    """Arrays of _MANY positions or more use the other form of x % q; the values are the same."""
+    p = FeistelPermutation(n, seed)
+    x = (start + np.arange(permutation._MANY + 5, dtype=np.int64)) % n
+    pieces = np.concatenate([p(x[i:i + 100]) for i in range(0, len(x), 100)])
+    assert np.array_equal(p(x), pieces)
+    assert np.array_equal(p.inverse(p(x)), x.astype(np.uint64))
