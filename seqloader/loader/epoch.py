@@ -205,6 +205,8 @@ class MapIterator(LoaderIterator):
             return
         self._release()
         self._read_from(*self._loader._open_epoch())
+        if self._stats.current is not None:
+            self._stats.current.epoch = progress.epoch  # the epoch this iterator reads, after all
 
     def __len__(self) -> int:
         return len(self._seq)
