@@ -119,22 +119,30 @@ def test_set_epoch_mid_epoch_applies_from_the_next_iter(reference, resumed):
     assert_batches_equal(list(loader), reference[3])
 
 
-def test_a_distributed_samplers_set_epoch_after_iter_moves_the_loaders_epoch(reference):
+def distributed_loader():
+    """A loader over a DistributedSampler (one replica), and the sampler."""
+    sampler = DistributedSampler(Aug(), num_replicas=1, rank=0, shuffle=True, seed=3)
+    return DataLoader(Aug(), batch_size=BATCH, sampler=sampler, seed=7), sampler
+
+
+@pytest.fixture(scope="module")
+def distributed_reference():
+    """Epochs 0..2 of an uninterrupted loader over a DistributedSampler, set_epoch before each."""
+    loader, sampler = distributed_loader()
+    epochs = []
+    for e in range(3):
+        sampler.set_epoch(e)
+        epochs.append(list(loader))
+    return epochs
+
+
+def test_a_distributed_samplers_set_epoch_after_iter_moves_the_loaders_epoch(distributed_reference):
     """A sampler with set_epoch (Lightning injects a DistributedSampler): the loader's epoch, and
     so each batch's seeds, follow the sampler's epoch when it is set before the first batch."""
-    def loader():
-        sampler = DistributedSampler(Aug(), num_replicas=1, rank=0, shuffle=True, seed=3)
-        return DataLoader(Aug(), batch_size=BATCH, sampler=sampler, seed=7), sampler
-
-    ref, ref_sampler = loader()
-    epochs = []
-    for e in range(2):
-        ref_sampler.set_epoch(e)
-        epochs.append(list(ref))
-    fresh, sampler = loader()
+    fresh, sampler = distributed_loader()
     it = iter(fresh)
     sampler.set_epoch(1)
-    assert_batches_equal(list(it), epochs[1])
+    assert_batches_equal(list(it), distributed_reference[1])
     assert fresh.state_dict()["sampler_epoch"] == 1
 
 
@@ -182,17 +190,8 @@ def test_set_epoch_rejects_what_is_not_a_non_negative_int(bad):
         make().set_epoch(bad)
 
 
-def test_the_loaders_set_epoch_also_tells_a_custom_sampler():
-    def loader():
-        sampler = DistributedSampler(Aug(), num_replicas=1, rank=0, shuffle=True, seed=3)
-        return DataLoader(Aug(), batch_size=BATCH, sampler=sampler, seed=7), sampler
-
-    ref, ref_sampler = loader()
-    epochs = []
-    for e in range(3):
-        ref_sampler.set_epoch(e)
-        epochs.append(list(ref))
-    fresh, sampler = loader()
+def test_the_loaders_set_epoch_also_tells_a_custom_sampler(distributed_reference):
+    fresh, sampler = distributed_loader()
     fresh.set_epoch(2)
     assert sampler.epoch == 2
-    assert_batches_equal(list(fresh), epochs[2])
+    assert_batches_equal(list(fresh), distributed_reference[2])
