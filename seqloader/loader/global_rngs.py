@@ -18,8 +18,8 @@ A :class:`Snapshot` copies the same bytes directly:
 The two raw locations are *found*, not assumed: :func:`layout` sets known states through the
 public APIs on throwaway generators and looks for them in memory, and accepts a location only if
 exactly one matches every probe. Where that fails (another Python or numpy build), snapshots use
-the public APIs: the same states, only slower (``FAST`` is then ``False``; a test checks that
-CI's build takes the fast path).
+the public APIs: the same states, only slower (:func:`layout` then returns ``None``; a test
+checks that CI's build takes the fast path).
 """
 
 from __future__ import annotations

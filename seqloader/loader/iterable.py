@@ -28,7 +28,7 @@ import logging
 import sys
 from typing import Any, Callable, Iterator, Optional
 
-from torch.utils.data import default_collate, default_convert
+from torch.utils.data import default_collate, default_convert, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
 from seqloader.errors import annotate
@@ -175,7 +175,7 @@ class StreamBatches(LazySequence):
         return items
 
     def _collate(self, data: Any) -> Any:
-        if self._collate_fn in _TORCH_DEFAULTS:
+        if self._collate_fn in _TORCH_DEFAULTS and get_worker_info() is not None:
             with worker_info_hidden():  # plain memory: the prefetcher's slots carry it
                 return self._collate_fn(data)
         return self._collate_fn(data)
