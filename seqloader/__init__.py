@@ -29,6 +29,7 @@ _EXPORTS = {
     "batch": "seqloader.sequences.shape",
     "shard": "seqloader.sequences.shard",
     "mix": "seqloader.sequences.mix",
+    "block_shuffle": "seqloader.sequences.blocks",
     "prefetch": "seqloader.prefetcher.api",
     "Prefetch": "seqloader.prefetcher.prefetch",
     "DataLoader": "seqloader.loader.dataloader",
@@ -73,3 +74,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-
     from seqloader.sequences.reorder import concatenate as concatenate, gather as gather, repeat as repeat, shuffle as shuffle
     from seqloader.sequences.shape import batch as batch
     from seqloader.sequences.shard import shard as shard
+    from seqloader.sequences.blocks import block_shuffle as block_shuffle

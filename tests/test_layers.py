@@ -27,6 +27,11 @@ LAYERS = [
     ("seqloader.rng", 1),
     ("seqloader.permutation", 1),
     ("seqloader.prefetcher", 2),
+    ("seqloader.threads", 1),
+    ("seqloader.block_permutation", 1),
+    ("seqloader.block_quality", 1),
+    ("seqloader.sequences.threaded", 1),
+    ("seqloader.sequences.blocks", 1),
     ("seqloader.loader", 3),
     ("seqloader.sampler", 3),
     ("seqloader.integrations", 4),
@@ -38,7 +43,8 @@ NAMES = {1: "L0/L1 core", 2: "L2 prefetcher", 3: "L3 loader", 4: "L4 integration
 #: Third-party modules the core must not import.
 NOT_IN_CORE = {"torch", "multiprocessing"}
 #: Within the core, rng and permutation sit below the sequence ops.
-BELOW_SEQUENCES = ("seqloader.rng", "seqloader.permutation", "seqloader.errors")
+BELOW_SEQUENCES = ("seqloader.rng", "seqloader.permutation", "seqloader.errors", "seqloader.threads",
+                   "seqloader.block_permutation", "seqloader.block_quality")
 
 
 def module_name(path: pathlib.Path) -> str:

@@ -1,20 +1,44 @@
-"""``prefetch``: build a :class:`~seqloader.prefetcher.prefetch.Prefetch` (the public entry of L2)."""
+"""``prefetch``: build a :class:`~seqloader.prefetcher.prefetch.Prefetch` (the public entry of L2), or
+with ``method="thread"`` a :class:`~seqloader.sequences.threaded.ThreadPrefetch`.
+
+The process backend is imported on first use, so ``prefetch(..., method="thread")`` never imports
+torch or the shared-memory transport.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
 
 from seqloader.errors import check_positive_int
 from seqloader.prefetcher.checks import check_seq, check_timeout, check_workers, resolve_context
-from seqloader.prefetcher.prefetch import Prefetch
+from seqloader.sequences.threaded import ThreadPrefetch
+
+if TYPE_CHECKING:  # imported lazily below: importing it imports torch
+    from seqloader.prefetcher.prefetch import Prefetch
 
 __all__ = ["prefetch"]
 
+#: The backends of ``prefetch``.
+METHODS = ("process", "thread")
 
-def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multiprocessing_context: Any = None,
-             worker_init_fn: Callable[[int], None] | None = None, timeout: float = 0,
-             shared: Any = None, affinity: bool = True) -> Prefetch:
-    """Compute the items of ``seq`` ahead of the reader, in ``num_workers`` worker processes.
+
+@overload
+def prefetch(seq: Sequence, num_workers: int, *, method: Literal["process"] = ..., prefetch_factor: int = ...,
+             multiprocessing_context: Any = ..., worker_init_fn: Callable[[int], None] | None = ...,
+             timeout: float = ..., shared: Any = ..., affinity: bool = ...) -> Prefetch: ...
+
+
+@overload
+def prefetch(seq: Sequence, num_workers: int, *, method: Literal["thread"], prefetch_factor: int = ...,
+             multiprocessing_context: Any = ..., worker_init_fn: Callable[[int], None] | None = ...,
+             timeout: float = ..., shared: Any = ..., affinity: bool = ...) -> ThreadPrefetch: ...
+
+
+def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefetch_factor: int = 2,
+             multiprocessing_context: Any = None, worker_init_fn: Callable[[int], None] | None = None,
+             timeout: float = 0, shared: Any = None, affinity: bool = True) -> Prefetch | ThreadPrefetch:
+    """Compute the items of ``seq`` ahead of the reader, in ``num_workers`` worker processes
+    (or, with ``method="thread"``, threads of this process).
 
     The result is ordered and index-addressable like ``seq``. Reading item ``i`` keeps items
     ``i+1 .. i+num_workers*prefetch_factor`` in flight; reading any other item than the next
@@ -28,9 +52,18 @@ def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multi
     so draw randomness with :func:`seqloader.rng_map` (a generator per item), or seed in
     ``worker_init_fn``. ``seqloader.DataLoader`` does the seeding torch's ``DataLoader`` does.
 
+    ``method="thread"`` computes items in ``num_workers`` daemon threads of this process instead
+    (:class:`~seqloader.sequences.threaded.ThreadPrefetch`, built on
+    :class:`seqloader.threads.ThreadPool`): the same ordering, seeking, error and timeout rules,
+    for items that wait on I/O or on code that releases the GIL. Nothing is pickled or copied,
+    torch is not imported, and the process-only arguments (``multiprocessing_context``,
+    ``worker_init_fn``, ``shared``, ``affinity``) are refused.
+
     Args:
         seq: a sequence (``len`` and integer indexing); picklable for ``spawn``/``forkserver``.
-        num_workers: worker processes, ``>= 1`` (there is no in-process fallback: read ``seq``).
+        num_workers: worker processes (threads for ``method="thread"``), ``>= 1`` (there is no
+            in-process fallback: read ``seq``).
+        method: ``"process"`` (default) or ``"thread"``.
         prefetch_factor: jobs in flight per worker, ``>= 1``.
         multiprocessing_context: ``None`` (platform default), ``"fork"``, ``"spawn"``,
             ``"forkserver"`` or a ``multiprocessing`` context object.
@@ -48,22 +81,35 @@ def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multi
             a slow item holds up no other item.
 
     Returns:
-        A :class:`Prefetch` of ``len(seq)`` items.
+        A :class:`Prefetch` of ``len(seq)`` items (a ``ThreadPrefetch`` for ``method="thread"``).
 
     Raises:
         TypeError: ``seq`` has no ``len``; an argument has the wrong type.
-        ValueError: ``num_workers < 1``, ``prefetch_factor < 1``, ``timeout < 0`` or an unknown
-            start method.
+        ValueError: ``num_workers < 1``, ``prefetch_factor < 1``, ``timeout < 0``, an unknown
+            start method or ``method``, or a process-only argument with ``method="thread"``.
 
     Example:
         >>> with prefetch(range(10), num_workers=2) as p:
         ...     p[0], p[-1], list(p[3:6])
         (0, 9, [3, 4, 5])
+        >>> with prefetch(range(10), num_workers=4, method="thread") as p:
+        ...     p[0], p[-1], list(p[3:6])
+        (0, 9, [3, 4, 5])
         >>> prefetch(range(10), num_workers=0)
         Traceback (most recent call last):
         ValueError: prefetch: num_workers must be a positive int (got 0); to evaluate in this process, read the sequence directly
+        >>> prefetch(range(10), num_workers=2, method="thread", shared=[1])
+        Traceback (most recent call last):
+        ValueError: prefetch: shared applies to method='process' only (got [1] with method='thread'); threads share this process's objects
     """
+    if method not in METHODS:
+        raise ValueError(f"prefetch: method must be 'process' or 'thread' (got {method!r})")
     check_seq("prefetch", seq)
+    if method == "thread":
+        _check_thread_arguments(multiprocessing_context, worker_init_fn, shared, affinity)
+        return ThreadPrefetch(seq, check_workers(num_workers), prefetch_factor, timeout)
+    from seqloader.prefetcher.prefetch import Prefetch  # lazily: it imports torch
+
     workers = check_workers(num_workers)
     prefetch_factor = check_positive_int("prefetch", "prefetch_factor", prefetch_factor)
     ctx = resolve_context(multiprocessing_context)
@@ -72,3 +118,20 @@ def prefetch(seq: Sequence, num_workers: int, *, prefetch_factor: int = 2, multi
     if not isinstance(affinity, bool):
         raise TypeError(f"prefetch: affinity must be a bool (got {type(affinity).__name__})")
     return Prefetch(seq, workers, prefetch_factor, ctx, worker_init_fn, check_timeout(timeout), shared, affinity)
+
+
+def _check_thread_arguments(multiprocessing_context: Any, worker_init_fn: Any, shared: Any, affinity: Any) -> None:
+    """Refuse the process-only arguments of :func:`prefetch` under ``method="thread"``."""
+    why = {
+        "multiprocessing_context": "threads start no process",
+        "worker_init_fn": "threads share this process: do the set-up before prefetch, or open per-thread "
+                          "resources lazily (threading.local)",
+        "shared": "threads share this process's objects",
+        "affinity": "any free thread computes the next queued item",
+    }
+    given = {"multiprocessing_context": multiprocessing_context, "worker_init_fn": worker_init_fn,
+             "shared": shared, "affinity": None if affinity is True else affinity}
+    for name, value in given.items():
+        if value is not None:
+            raise ValueError(f"prefetch: {name} applies to method='process' only (got {value!r} with "
+                             f"method='thread'); {why[name]}")
