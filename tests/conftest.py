@@ -7,7 +7,9 @@ it fails the test if a child process or a ``/dev/shm`` segment with seqloader's 
 
 from __future__ import annotations
 
+import gc
 import os
+import signal
 import time
 
 import psutil
@@ -56,7 +58,7 @@ def _children() -> set[int]:
     return kids
 
 
-def _wait_until_clean(before_kids, before_shm, timeout=10.0):
+def _wait_until_clean(before_kids, before_shm, timeout=60.0):
     deadline = time.monotonic() + timeout
     while True:
         kids = {p for p in _children() - before_kids if psutil.pid_exists(p)
@@ -65,6 +67,28 @@ def _wait_until_clean(before_kids, before_shm, timeout=10.0):
         if (not kids and not shm) or time.monotonic() > deadline:
             return kids, shm
         time.sleep(0.05)
+
+
+@pytest.fixture
+def sigint_raises():
+    """Ctrl-C (SIGINT) raises ``KeyboardInterrupt`` in this process during the test, however the
+    test run was started.
+
+    Python installs its ``KeyboardInterrupt`` handler only over the *default* disposition: a process
+    started with SIGINT ignored keeps ignoring it, and that is how a background job of a
+    non-interactive shell starts (``bash .ci/run &``, CI runners, ``python -m tools.stress``). A
+    test that sends SIGINT to itself then sees nothing ("DID NOT RAISE KeyboardInterrupt"). And a
+    ``KeyboardInterrupt`` raised while the garbage collector runs a finalizer is printed and
+    ignored, so the collector is run first and paused during the test.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture

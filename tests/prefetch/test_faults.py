@@ -68,15 +68,17 @@ class Dies:
         return i
 
 
-class Slow:
-    def __init__(self, seconds, n=4):
-        self.seconds, self.n = seconds, n
+class Blocked:
+    """Every item waits for ``gate`` (a fork-context event the test sets), at most 60 s."""
+
+    def __init__(self, gate, n=4):
+        self.gate, self.n = gate, n
 
     def __len__(self):
         return self.n
 
     def __getitem__(self, i):
-        time.sleep(self.seconds)
+        assert self.gate.wait(60), "the test never opened the gate"
         return i
 
 
@@ -163,18 +165,23 @@ def test_a_worker_killed_from_outside_while_idle_is_detected():
     with prefetch(Pid(), num_workers=2, prefetch_factor=1) as p:
         victim = psutil.Process(p[0])
         victim.kill()
+        deadline = time.monotonic() + 60  # a bound, not a timing: the kill is seen well before
         while victim.status() != psutil.STATUS_ZOMBIE:  # do not reap it: its parent must
+            assert time.monotonic() < deadline, "the killed worker never became a zombie"
             time.sleep(0.01)
         with pytest.raises(RuntimeError, match=rf"seqloader worker \d \(pid {victim.pid}\) was killed by SIGKILL"):
             list(p)
 
 
 def test_timeout_raises_and_leaves_the_prefetch_usable():
-    with prefetch(Slow(1.0), num_workers=1, prefetch_factor=1, timeout=0.2) as p:
+    gate = multiprocessing.get_context("fork").Event()  # closed until the timeout was raised
+    with prefetch(Blocked(gate), num_workers=1, prefetch_factor=1, timeout=0.2,
+                  multiprocessing_context="fork") as p:
         with pytest.raises(RuntimeError, match=r"timed out after 0.2 seconds waiting for item 0 from worker 0"):
             p[0]
-    with prefetch(Slow(0.0), num_workers=1, timeout=5) as p:
-        assert list(p) == [0, 1, 2, 3]
+        gate.set()
+        assert list(p) == [0, 1, 2, 3]  # usable: the same item, read again
+
 
 
 def test_a_failing_worker_init_fn_raises_its_error_in_the_reader():
@@ -206,14 +213,15 @@ def test_workers_exit_on_their_own_when_the_reader_is_killed():
     reader.kill()
     reader.wait()
     reader.stdout.close()
-    gone, alive = psutil.wait_procs(workers, timeout=10)
+    gone, alive = psutil.wait_procs(workers, timeout=60)  # they check every 0.25 s; 60 s is a bound
     assert not alive
 
 
-def _interrupt_reader_once(marker, go, i):
+def _interrupt_reader_once(marker, go, never, i):
     """Item 2 waits for ``go`` (set by the test inside ``pytest.raises``), sends Ctrl-C to the
-    reader (once, whichever worker computes it) and never returns in time: the reader is certainly
-    inside the ``raises`` block and waiting for it when the signal arrives."""
+    reader (once, whichever worker computes it: the marker file is created atomically) and then
+    waits for ``never``, which the test never sets: the reader is certainly inside the ``raises``
+    block and waiting for it when the signal arrives, and cannot read item 2 without it."""
     if i == 2:
         try:
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
@@ -221,13 +229,14 @@ def _interrupt_reader_once(marker, go, i):
             return i
         assert go.wait(60), "the test never said go"
         os.kill(os.getppid(), signal.SIGINT)
-        time.sleep(60)
+        never.wait(60)
     return i
 
 
-def test_keyboard_interrupt_in_the_reader_then_gc_leaves_nothing(tmp_path):
-    go = multiprocessing.get_context("fork").Event()
-    item = functools.partial(_interrupt_reader_once, str(tmp_path / "interrupted"), go)
+def test_keyboard_interrupt_in_the_reader_then_gc_leaves_nothing(tmp_path, sigint_raises):
+    fork = multiprocessing.get_context("fork")
+    go, never = fork.Event(), fork.Event()
+    item = functools.partial(_interrupt_reader_once, str(tmp_path / "interrupted"), go, never)
     p = prefetch(sl.smap(item, range(10)), num_workers=2, prefetch_factor=1, multiprocessing_context="fork")
     assert p[0] == 0
     with pytest.raises(KeyboardInterrupt):

@@ -255,7 +255,7 @@ class InterruptOnce(Gated):
         return super().__getitem__(i)
 
 
-def test_keyboard_interrupt_during_take_loses_and_repeats_nothing():
+def test_keyboard_interrupt_during_take_loses_and_repeats_nothing(sigint_raises):
     ds = InterruptOnce(20)
     p = prefetch(ds, num_workers=2, prefetch_factor=1, multiprocessing_context="fork", timeout=SAFETY)
     got = []
