@@ -27,12 +27,14 @@ from benchmarks.iterable import ITERABLE_WORKLOADS
 from benchmarks.loader import LOADER_WORKLOADS
 from benchmarks.prefetch import PREFETCH_WORKLOADS
 from benchmarks.scale import SCALE_WORKLOADS
+from benchmarks.sources import SOURCE_WORKLOADS
 
 __all__ = ["Options", "Row", "WORKLOADS", "format_rows", "run"]
 
 #: Workload name -> function(Options) -> rows, in the order ``python -m benchmarks`` runs them.
 WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
-    **PREFETCH_WORKLOADS, **LOADER_WORKLOADS, **ITERABLE_WORKLOADS, **FEATURE_WORKLOADS, **SCALE_WORKLOADS}
+    **PREFETCH_WORKLOADS, **LOADER_WORKLOADS, **ITERABLE_WORKLOADS, **FEATURE_WORKLOADS, **SCALE_WORKLOADS,
+    **SOURCE_WORKLOADS}
 
 
 def run(names: Iterable[str], opts: Options) -> list[Row]:

@@ -38,6 +38,12 @@ _EXPORTS = {
     "StatefulDistributedSampler": "seqloader.sampler",
     "Stateful": "seqloader.sampler",
     "as_iterable_dataset": "seqloader.integrations.torch_iterable",
+    "parquet": "seqloader.sources.parquet_files",
+    "arrow_ipc": "seqloader.sources.arrow",
+    "tar_shards": "seqloader.sources.tar",
+    "image_folder": "seqloader.sources.folder",
+    "describe_files": "seqloader.sources.fingerprint",
+    "check_same_files": "seqloader.sources.fingerprint",
 }
 
 #: public modules, imported on first access (``seqloader.testing.run_distributed``)
@@ -69,9 +75,14 @@ if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-
     from seqloader.prefetcher.prefetch import Prefetch as Prefetch
     from seqloader.sampler import Stateful as Stateful, StatefulDistributedSampler as StatefulDistributedSampler
     from seqloader.sequences.base import LazySequence as LazySequence
+    from seqloader.sequences.blocks import block_shuffle as block_shuffle
     from seqloader.sequences.mapping import rng_map as rng_map, smap as smap
     from seqloader.sequences.mix import mix as mix
     from seqloader.sequences.reorder import concatenate as concatenate, gather as gather, repeat as repeat, shuffle as shuffle
     from seqloader.sequences.shape import batch as batch
     from seqloader.sequences.shard import shard as shard
-    from seqloader.sequences.blocks import block_shuffle as block_shuffle
+    from seqloader.sources.arrow import arrow_ipc as arrow_ipc
+    from seqloader.sources.fingerprint import check_same_files as check_same_files, describe_files as describe_files
+    from seqloader.sources.folder import image_folder as image_folder
+    from seqloader.sources.parquet_files import parquet as parquet
+    from seqloader.sources.tar import tar_shards as tar_shards

@@ -37,7 +37,8 @@ def test_workloads_are_a_registry_of_row_functions():
     assert list(benchmarks.WORKLOADS) == ["tiny", "images", "cpu", "first_batch",
                                           "resume", "state_size", "loader_tiny", "loader_images",
                                           "iterable_tiny", "iterable_images", "straggler", "stats_overhead",
-                                          "resume_scale", "mix"]
+                                          "resume_scale", "mix", "sources_parquet", "sources_tar",
+                                          "sources_index", "sources_latency"]
     rows = benchmarks.WORKLOADS["images"](common.Options(quick=True))
     assert [r.loader for r in rows] == ["seqloader", "torch"]
     assert all(r.value > 0 and r.mb_per_s > 0 for r in rows) and rows[0].ratio > 0

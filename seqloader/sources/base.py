@@ -1,0 +1,150 @@
+"""What every source shares: the block index, batched reads and the file-list description.
+
+A source's *index* is the number of items in each of its natural blocks (Parquet row groups,
+Arrow record batches, tar shards, files), in file order. :class:`BlockIndex` holds their
+cumulative ends and maps positions to ``(block, offset)`` by bisection, for a whole array of
+positions at once. :class:`Source` is the base class of every source: a
+:class:`~seqloader.LazySequence` with ``blocks()``, a batched ``__getitems__(positions)`` (what
+torch's fetcher calls with a batch's indices), ``files()`` and ``fingerprint()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Sequence, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from seqloader.sequences.base import LazySequence
+
+__all__ = ["BlockIndex", "Source", "group_by_block"]
+
+T_co = TypeVar("T_co", covariant=True)
+Positions = npt.NDArray[np.int64]
+
+
+class BlockIndex:
+    """Blocks of ``lengths[k]`` items each, laid end to end; position ``p`` is in block ``k`` when
+    ``ends[k-1] <= p < ends[k]``. Empty blocks hold no position.
+
+    Example:
+        >>> index = BlockIndex([3, 0, 2])
+        >>> len(index), index.ends.tolist()
+        (5, [3, 3, 5])
+        >>> [a.tolist() for a in index.locate([0, 2, 3, 4])]
+        [[0, 0, 2, 2], [0, 2, 0, 1]]
+    """
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self, lengths: npt.ArrayLike):
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        if lengths.size and lengths.min() < 0:
+            raise ValueError(f"BlockIndex: block lengths must be >= 0 (got {int(lengths.min())})")
+        self.ends = np.cumsum(lengths, dtype=np.int64)
+        self.starts = self.ends - lengths
+        self.ends.setflags(write=False)
+        self.starts.setflags(write=False)
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if self.ends.size else 0
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self.ends.size)
+
+    def locate(self, positions: npt.ArrayLike) -> tuple[Positions, Positions]:
+        """``(blocks, offsets)`` of positions in ``[0, len)`` (one ``searchsorted`` for all)."""
+        p = np.asarray(positions, dtype=np.int64)
+        b = np.searchsorted(self.ends, p, side="right")
+        return b, p - self.starts[b]
+
+    def __getstate__(self) -> tuple:
+        return (self.ends, self.starts)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.ends, self.starts = state
+
+
+def group_by_block(blocks: Positions) -> list[tuple[int, Positions]]:
+    """``[(block, where), ...]``: the distinct blocks in increasing order, each with the indices
+    (into ``blocks``) of its positions, in their original order.
+
+    Example:
+        >>> [(b, w.tolist()) for b, w in group_by_block(np.array([4, 1, 4, 1, 2]))]
+        [(1, [1, 3]), (2, [4]), (4, [0, 2])]
+    """
+    if blocks.size == 0:
+        return []
+    if blocks[0] == blocks[-1] and blocks.min() == blocks.max():  # the common case: one block
+        return [(int(blocks[0]), np.arange(blocks.size))]
+    order = np.argsort(blocks, kind="stable")
+    sorted_blocks = blocks[order]
+    bounds = [0, *(np.flatnonzero(sorted_blocks[1:] != sorted_blocks[:-1]) + 1).tolist(), int(blocks.size)]
+    keys = sorted_blocks[bounds[:-1]].tolist()
+    return [(b, order[s:e]) for b, s, e in zip(keys, bounds[:-1], bounds[1:])]
+
+
+def fingerprint_of(description: Sequence[Sequence[Any]]) -> str:
+    """16 hex digits of SHA-256 over a file-list description (names, sizes, versions)."""
+    text = json.dumps([list(f) for f in description], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Source(LazySequence[T_co]):
+    """The base class of seqloader's sources: a lazy sequence of the items stored in files.
+
+    Beyond ``len(src)``, ``src[i]`` and slices (every :class:`~seqloader.LazySequence` has
+    them), a source has:
+
+    * ``src.__getitems__(positions)``: the items at a batch of positions, read block by block
+      (each block once); torch's fetcher, and so ``seqloader.DataLoader``, calls it with each
+      batch's indices;
+    * ``src.blocks()``: the cumulative ends of its natural blocks (row groups, record batches,
+      shards, files), for a block shuffle that reads block by block;
+    * ``src.files()`` and ``src.fingerprint()``: the file list it was built from
+      (``[path, size, version]`` with ``version`` the mtime or ETag) and a short digest of it,
+      to refuse resuming on other files (:func:`seqloader.check_same_files`).
+    """
+
+    _index: BlockIndex
+    _files: Any  # seqloader.sources._storage.Files
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def blocks(self) -> Positions:
+        """The cumulative ends of the source's blocks: a read-only int64 array ``ends`` with
+        ``ends[-1] == len(self)``; block ``k`` holds positions ``[ends[k-1], ends[k])``."""
+        return self._index.ends
+
+    def files(self) -> list[list]:
+        """``[[path, size, version], ...]``, the files in the order their items appear."""
+        return self._files.describe()
+
+    def fingerprint(self) -> str:
+        """16 hex digits that change whenever a file is added, removed, renamed or modified."""
+        return fingerprint_of(self.files())
+
+    def _positions(self, positions: Any) -> Positions:
+        """``positions`` as int64 in ``[0, len)`` (negative ones count from the end)."""
+        p = np.asarray(positions, dtype=np.int64).reshape(-1)
+        n = len(self)
+        if not p.size:
+            return p
+        lo, hi = p.min(), p.max()
+        if lo >= 0 and hi < n:
+            return p
+        if lo < -n or hi >= n:
+            bad = int(p[(p < -n) | (p >= n)][0])
+            raise IndexError(f"{self!r}: index {bad} out of range [-{n}, {n})")
+        return np.where(p < 0, p + n, p)
+
+    def __getitems__(self, positions: Sequence[int]) -> Any:
+        """The items at ``positions`` (a list of ints), as ``[self[i] for i in positions]``."""
+        return self._items(self._positions(positions))
+
+    def _items(self, positions: Positions) -> Any:  # pragma: no cover - overridden
+        return [self._item(int(i)) for i in positions]

@@ -1,0 +1,100 @@
+"""Is this the file list a state was saved with? :func:`describe_files` and :func:`check_same_files`.
+
+A loader state that says "position 40960" means "of *these* files". A source's file list is
+``[[path, size, version], ...]`` (``version``: the mtime locally, the ETag remotely); its
+*description* is ``{"files": n, "fingerprint": "<16 hex digits>"}``, small enough for a state
+dict (< 100 bytes whatever the number of files). :func:`check_same_files` compares two file
+lists, or a saved description with a source, and raises ``ValueError`` when they differ: with
+two lists it names the first file that differs; a description holds no names, so then it
+names the counts and fingerprints (and, when the counts differ, the first extra file).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from seqloader.sources.base import fingerprint_of
+
+__all__ = ["describe_files", "check_same_files"]
+
+
+def _file_list(x: Any) -> list[list] | None:
+    if hasattr(x, "files") and callable(x.files):
+        return [list(f) for f in x.files()]
+    if isinstance(x, (list, tuple)):
+        return [list(f) for f in x]
+    return None
+
+
+def describe_files(source: Any) -> dict:
+    """``{"files": n, "fingerprint": hex}`` for a source or a file list: JSON types, < 100 bytes.
+
+    Args:
+        source: a seqloader source (anything with ``files()``) or a list of ``[path, size, version]``.
+
+    Returns:
+        The description to store in a checkpoint.
+
+    Raises:
+        TypeError: ``source`` is neither.
+
+    Example:
+        >>> describe_files([["a.parquet", 10, "mtime_ns:1"]])
+        {'files': 1, 'fingerprint': 'ad041802c3d07798'}
+        >>> describe_files(3)
+        Traceback (most recent call last):
+        TypeError: describe_files: expected a source with files() or a list of [path, size, version] (got int)
+    """
+    files = _file_list(source)
+    if files is None:
+        raise TypeError("describe_files: expected a source with files() or a list of [path, size, version] "
+                        f"(got {type(source).__name__})")
+    return {"files": len(files), "fingerprint": fingerprint_of(files)}
+
+
+def _fmt(f: Sequence) -> str:
+    return f"{f[0]} (size {f[1]}, {f[2]})"
+
+
+def check_same_files(saved: Any, current: Any) -> None:
+    """Raise ``ValueError`` unless ``saved`` and ``current`` describe the same files.
+
+    Args:
+        saved: what the checkpoint holds: a description (:func:`describe_files`), a file list, or
+            a source.
+        current: the same kinds, usually the source being resumed.
+
+    Raises:
+        ValueError: the lists differ; the message names the first file that differs (with both
+            sizes and versions) when both sides are lists, else the counts and fingerprints.
+        TypeError: an argument is none of the kinds above.
+
+    Example:
+        >>> a = [["x.tar", 10, "mtime_ns:1"], ["y.tar", 20, "mtime_ns:2"]]
+        >>> check_same_files(a, a); check_same_files(describe_files(a), a)
+        >>> check_same_files(a, [a[0], ["y.tar", 21, "mtime_ns:3"]])
+        Traceback (most recent call last):
+        ValueError: check_same_files: file 1 differs: y.tar (size 20, mtime_ns:2) when saved, y.tar (size 21, mtime_ns:3) now; resume with the files the state was saved with
+    """
+    saved_list, current_list = _file_list(saved), _file_list(current)
+    if saved_list is not None and current_list is not None:
+        for k, (a, b) in enumerate(zip(saved_list, current_list)):
+            if list(a) != list(b):
+                raise ValueError(f"check_same_files: file {k} differs: {_fmt(a)} when saved, {_fmt(b)} now; "
+                                 "resume with the files the state was saved with")
+        if len(saved_list) != len(current_list):
+            k = min(len(saved_list), len(current_list))
+            which, f = ("saved", saved_list[k]) if len(saved_list) > k else ("now", current_list[k])
+            raise ValueError(f"check_same_files: {len(saved_list)} files when saved, {len(current_list)} now; "
+                             f"file {k} ({f[0]}) is only in the list {'saved' if which == 'saved' else 'of now'}")
+        return
+    s = saved if isinstance(saved, dict) else describe_files(saved)
+    c = current if isinstance(current, dict) else describe_files(current)
+    if s.get("files") != c.get("files") or s.get("fingerprint") != c.get("fingerprint"):
+        extra = ""
+        if current_list is not None and isinstance(s.get("files"), int) and s["files"] < len(current_list):
+            extra = f"; file {s['files']} ({current_list[s['files']][0]}) was not there when saved"
+        raise ValueError(f"check_same_files: the files differ from those the state was saved with "
+                         f"({s.get('files')} files, fingerprint {s.get('fingerprint')} when saved; "
+                         f"{c.get('files')} files, fingerprint {c.get('fingerprint')} now){extra}; "
+                         "resume with the same files (same names, sizes and modification times)")

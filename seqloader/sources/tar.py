@@ -1,0 +1,173 @@
+"""Tar shards in the webdataset layout as a position-addressable sequence: :func:`tar_shards`.
+
+The index is built once per shard (one pass, :mod:`seqloader.sources._tar_index`) and cached;
+afterwards item ``p`` is found by bisection over the shards' cumulative sample counts and read
+by offset: one read (a range request on object storage) spanning its members. A batch groups
+its samples by shard, merges reads that are close together (:data:`MERGE_GAP`) and, for
+remote shards, issues them ``num_threads`` at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from seqloader.errors import note_stage
+from seqloader.sequences._util import check_bool, check_callable, fname
+from seqloader.sources._process import Threads
+from seqloader.sources._storage import Files, resolve
+from seqloader.sources._tar_index import ShardIndex, load_or_scan
+from seqloader.sources.base import BlockIndex, Positions, Source, group_by_block
+
+__all__ = ["tar_shards"]
+
+_OP = "tar_shards"
+_SUFFIXES = (".tar",)
+#: Reads of one shard less than this many bytes apart are merged into one.
+MERGE_GAP = 64 * 1024
+#: A merged read is not extended past this many bytes.
+MERGE_MAX = 16 << 20
+
+
+class _TarShards(Source[Any]):
+    def __init__(self, paths: Any, extensions: Sequence[str] | None, transform: Callable | None,
+                 num_threads: int, cache_dir: str | None, use_cache: bool, storage_options: dict | None):
+        check_callable(_OP, "transform", transform, allow_none=True)
+        check_bool(_OP, "use_cache", use_cache)
+        if extensions is not None and (isinstance(extensions, str) or not all(isinstance(e, str) for e in extensions)):
+            raise TypeError(f"{_OP}: extensions must be a list of field names such as ['jpg', 'cls'] "
+                            f"(got {extensions!r})")
+        self._transform = transform
+        self._threads = Threads(_OP, num_threads)
+        infos, protocol = resolve(_OP, paths, _SUFFIXES, storage_options)
+        self._files = Files(_OP, infos, protocol, storage_options)
+        built = self._threads.map(lambda k: load_or_scan(_OP, self._files, k, cache_dir, use_cache), range(len(infos)))
+        self._shards: list[ShardIndex] = [s for s, _ in built]
+        self.index_stats = {"cached": sum(how == "cached" for _, how in built),
+                            "scanned": sum(how == "scanned" for _, how in built)}
+        self._extensions = None if extensions is None else [e.lower().lstrip(".") for e in extensions]
+        if self._extensions is not None:
+            for k, shard in enumerate(self._shards):
+                missing = [e for e in self._extensions if e not in shard.exts]
+                if missing and len(shard):
+                    raise ValueError(f"{_OP}: {infos[k].path} has no {missing[0]!r} members "
+                                     f"(its fields: {', '.join(shard.exts)})")
+        self._index = BlockIndex([len(s) for s in self._shards])
+
+    def _fields(self, shard: ShardIndex) -> list[int]:
+        if self._extensions is None:
+            return list(range(len(shard.exts)))
+        return [shard.exts.index(e) for e in self._extensions]
+
+    def _members(self, s: int, samples: Positions) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """The fields read from shard ``s``, and their offsets and sizes for ``samples``
+        (``[field, sample]``, offset ``-1`` where a sample lacks the field)."""
+        shard = self._shards[s]
+        rows = self._fields(shard)
+        return [shard.exts[e] for e in rows], shard.offsets[rows][:, samples], shard.sizes[rows][:, samples]
+
+    def _item(self, i: int) -> Any:
+        return self._items(np.array([i], dtype=np.int64))[0]
+
+    def _items(self, positions: Positions) -> list[Any]:
+        shards, samples = self._index.locate(positions)
+        reads = []   # (shard, start, end, [(where, key, [(field, offset, size), ...]), ...])
+        for s, where in group_by_block(shards):
+            js = samples[where]
+            names, off, size = self._members(s, js)
+            present = off >= 0
+            starts = np.where(present, off, np.iinfo(np.int64).max).min(axis=0)
+            ends = np.where(present, off + size, -1).max(axis=0)
+            none = ~present.any(axis=0)   # a sample without any of the fields read: nothing to read
+            starts[none], ends[none] = 0, 0
+            keys = self._shards[s].keys[js].tolist()
+            offs, sizes, wh = off.T.tolist(), size.T.tolist(), where.tolist()
+            cur: list = []
+            for o in np.argsort(starts, kind="stable").tolist():
+                a, b = int(starts[o]), int(ends[o])
+                member = (wh[o], keys[o], [(f, x, n) for f, x, n in zip(names, offs[o], sizes[o]) if x >= 0])
+                if cur and a - cur[2] <= MERGE_GAP and max(b, cur[2]) - cur[1] <= MERGE_MAX:
+                    cur[2] = max(cur[2], b)
+                    cur[3].append(member)
+                else:
+                    if cur:
+                        reads.append(tuple(cur))
+                    cur = [s, a, b, [member]]
+            if cur:
+                reads.append(tuple(cur))
+        for s in {r[0] for r in reads}:
+            self._files.check(s)   # once per shard and batch, not per read
+        fetch = (lambda r: self._files.read(r[0], r[1], r[2], check=False))
+        blobs = self._threads.map(fetch, reads) if self._files.remote else [fetch(r) for r in reads]
+        out: list[Any] = [None] * positions.size
+        for (_, start, _, members), blob in zip(reads, blobs):
+            view = memoryview(blob)
+            for w, key, fields in members:
+                item = {"__key__": key}
+                for f, x, n in fields:
+                    item[f] = bytes(view[x - start:x - start + n])
+                out[w] = item
+        if self._transform is not None:
+            w = 0
+            try:  # (one try for the batch rather than a context manager per sample)
+                for w in range(len(out)):
+                    out[w] = self._transform(out[w])
+            except Exception as exc:
+                note_stage(exc, self, int(positions[w]))
+                raise
+        return out
+
+    def __repr__(self) -> str:
+        t = "" if self._transform is None else f", transform={fname(self._transform)}"
+        return f"tar_shards(shards={len(self._files)}{t}, len={len(self)})"
+
+
+def tar_shards(paths: Any, *, extensions: Sequence[str] | None = None, transform: Callable | None = None,
+               num_threads: int = 16, cache_dir: str | None = None, use_cache: bool = True,
+               storage_options: dict | None = None) -> Source[Any]:
+    """The samples of tar shards in the webdataset layout, as a lazy, position-addressable sequence.
+
+    Members sharing a key form a sample: ``000123.jpg`` and ``000123.cls`` give item
+    ``{"__key__": "000123", "jpg": b"...", "cls": b"..."}`` (bytes, as stored). Each shard is
+    indexed once (one pass over its headers; ``num_threads`` shards at a time) and the index is
+    cached, beside the shard when its folder is writable, else in ``cache_dir``, and validated
+    against the shard's size and mtime (ETag remotely): a changed shard is indexed again.
+    ``blocks()`` are the shards.
+
+    Args:
+        paths: a shard, a folder (its ``*.tar`` files, recursively), a glob, or a list of them;
+            local paths or fsspec URLs (``s3://bucket/shards/``).
+        extensions: the fields to read (default: all); a shard lacking one raises.
+        transform: called on each sample dict when it is read (decode, augment); picklable for
+            ``spawn``.
+        num_threads: shards indexed at once, and reads of one batch issued at once (remote).
+        cache_dir: where to cache indexes instead of beside the shards (default: beside them
+            when writable, else ``~/.cache/seqloader/tar-index``; ``$SEQLOADER_CACHE`` moves it).
+        use_cache: ``False`` always scans the shards and writes no cache.
+        storage_options: keyword arguments for the fsspec filesystem (e.g. ``endpoint_url``).
+
+    Returns:
+        A :class:`seqloader.sources.Source` of all samples, shard after shard.
+
+    Raises:
+        FileNotFoundError: a path does not exist or a folder holds no ``.tar`` file.
+        ValueError: a shard is compressed (``.tar.gz``: a compressed tar cannot be read at random
+            positions), not a tar, corrupt or truncated (naming shard and offset), or has a key
+            twice with the same field.
+        RuntimeError: at read time, a shard changed since it was indexed (naming it).
+
+    Example:
+        >>> import io, os, tarfile, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "shard-000.tar")
+        >>> with tarfile.open(path, "w") as tf:
+        ...     for name, data in [("a.txt", b"hi"), ("a.cls", b"0"), ("b.txt", b"yo"), ("b.cls", b"1")]:
+        ...         info = tarfile.TarInfo(name); info.size = len(data); tf.addfile(info, io.BytesIO(data))
+        >>> samples = tar_shards(path)
+        >>> len(samples), samples[-1], samples.blocks().tolist()
+        (2, {'__key__': 'b', 'txt': b'yo', 'cls': b'1'}, [2])
+        >>> tar_shards(path + ".gz")
+        Traceback (most recent call last):
+        FileNotFoundError: [Errno 2] tar_shards: no such file or directory: '.../shard-000.tar.gz'
+    """
+    return _TarShards(paths, extensions, transform, num_threads, cache_dir, use_cache, storage_options)
