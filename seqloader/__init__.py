@@ -34,7 +34,8 @@ _EXPORTS = {
     "Prefetch": "seqloader.prefetcher.prefetch",
     "DataLoader": "seqloader.loader.dataloader",
     "StatefulDataLoader": "seqloader.loader.dataloader",
-    "BijectiveShuffleSampler": "seqloader.loader.sampling",
+    "BijectiveShuffleSampler": "seqloader.shuffle_sampler",
+    "BlockShuffleSampler": "seqloader.shuffle_sampler",
     "StatefulDistributedSampler": "seqloader.sampler",
     "Stateful": "seqloader.sampler",
     "as_iterable_dataset": "seqloader.integrations.torch_iterable",
@@ -70,7 +71,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-export)
     from seqloader.integrations.torch_iterable import as_iterable_dataset as as_iterable_dataset
     from seqloader.loader.dataloader import DataLoader as DataLoader, StatefulDataLoader as StatefulDataLoader
-    from seqloader.loader.sampling import BijectiveShuffleSampler as BijectiveShuffleSampler
+    from seqloader.shuffle_sampler import BijectiveShuffleSampler as BijectiveShuffleSampler, BlockShuffleSampler as BlockShuffleSampler
     from seqloader.prefetcher.api import prefetch as prefetch
     from seqloader.prefetcher.prefetch import Prefetch as Prefetch
     from seqloader.sampler import Stateful as Stateful, StatefulDistributedSampler as StatefulDistributedSampler

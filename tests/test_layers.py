@@ -35,6 +35,7 @@ LAYERS = [
     ("seqloader.prefetcher", 2),
     ("seqloader.loader", 3),
     ("seqloader.sampler", 3),
+    ("seqloader.shuffle_sampler", 3),
     ("seqloader.integrations", 4),
     ("seqloader.testing", 4),
     ("seqloader.demo", 4),

@@ -26,7 +26,7 @@ from typing import Any, Iterator, Optional, Sequence
 import torch.utils.data
 
 from seqloader.errors import check_int, check_nonnegative_int, check_positive_int
-from seqloader.loader import sampling
+from seqloader.loader import world
 from seqloader.sequences.base import SliceView
 
 __all__ = ["SequenceIterableDataset", "as_iterable_dataset"]
@@ -40,7 +40,7 @@ def _world(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
         raise ValueError(f"{_OP}: rank and world_size must be given together "
                          f"(got rank={rank!r}, world_size={world_size!r})")
     if rank is None:
-        return sampling.current_world()  # torch.distributed's (rank, world_size), else (0, 1)
+        return world.current_world()  # torch.distributed's (rank, world_size), else (0, 1)
     world_size = check_positive_int(_OP, "world_size", world_size)
     rank = check_nonnegative_int(_OP, "rank", rank)
     if rank >= world_size:

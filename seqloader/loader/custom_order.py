@@ -1,7 +1,7 @@
 """L3: a user's own ``sampler`` or ``batch_sampler``: its indices per epoch, and their resume state.
 
 A custom sampler is iterated (indices only, the dataset is not read) once at the start of each
-epoch, inside :func:`~seqloader.loader.sampling.sampler_globals` so that one drawing from the
+epoch, inside :func:`~seqloader.loader.seeding.sampler_globals` so that one drawing from the
 global RNGs gives the same order for the same ``(seed, epoch)``. What is saved with the loader's
 position to resume that epoch:
 
@@ -24,7 +24,9 @@ from typing import Any, Optional
 
 import torch.utils.data
 
-from seqloader.loader import sampling
+from seqloader.loader.orders import materialise_order
+from seqloader.loader.plans import BatchListPlan, OrderPlan, materialise_batches
+from seqloader.loader.seeding import sampler_globals
 from seqloader.loader.state import LoaderState, is_stateful
 from seqloader.sampler import StatefulDistributedSampler
 
@@ -88,14 +90,14 @@ class CustomOrder:
         before = None
         if stateful is not None and not self._counts_positions:
             before = copy.deepcopy(stateful.state_dict())
-        with sampling.sampler_globals(seed, epoch, derivation):
+        with sampler_globals(seed, epoch, derivation):
             if self.batch_sampler is not None:
-                items = sampling.materialise_batches(self.batch_sampler)
+                items = materialise_batches(self.batch_sampler)
             elif self._counts_positions:  # the epoch's order, without moving its counters
-                items = sampling.materialise_order(
+                items = materialise_order(
                     torch.utils.data.DistributedSampler.__iter__(self.sampler))
             else:
-                items = sampling.materialise_order(self.sampler)
+                items = materialise_order(self.sampler)
         return _EpochIndices(epoch, items, before, getattr(owner, "epoch", None))
 
     def plan(self, epoch: int, position: int, seed: int, derivation: int,
@@ -104,8 +106,8 @@ class CustomOrder:
         if self._indices is None or self._indices.epoch != epoch:
             self._indices = self._read(epoch, seed, derivation)
         if self.batch_sampler is not None:
-            return sampling.BatchListPlan(self._indices.items, position)
-        return sampling.OrderPlan(self._indices.items, position, batch_size, drop_last)
+            return BatchListPlan(self._indices.items, position)
+        return OrderPlan(self._indices.items, position, batch_size, drop_last)
 
     def forget(self) -> None:
         """Read the indices again at the next :meth:`plan` (the sampler's epoch changed)."""

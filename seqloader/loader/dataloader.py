@@ -1,25 +1,23 @@
 """``seqloader.DataLoader``: torch's ``DataLoader`` with exact, O(1) mid-epoch resume.
 
-The loader holds its :class:`~seqloader.loader.progress.Progress` (``(epoch, position)``) and,
-per epoch, composes lazy sequences instead of forking torch's iterator: the epoch's order
-(``loader/sampling.py``) -> fetch + collate (``loader/fetch.py``) -> ``Prefetch`` over worker
-processes (``loader/workers.py``, ``num_workers > 0``) -> pin memory (``loader/epoch.py``).
+The loader is the torch-shaped shell: arguments, ``set_epoch``, ``state_dict``, ``stats``. It holds
+its :class:`~seqloader.loader.progress.Progress` (``(epoch, position)``) and, per epoch, composes
+lazy sequences instead of forking torch's iterator: the :class:`~seqloader.loader.recipe.Recipe`
+(which indices each batch reads: ``loader/recipe.py``, ``orders.py``, ``plans.py``) -> fetch +
+collate (``loader/fetch.py``) -> ``Prefetch`` over worker processes (``loader/workers.py``,
+``num_workers > 0``) -> the iterator (``loader/epoch.py``, pinning in ``loader/iterator.py``).
 Resuming is a seek: the order is rebuilt from ``(seed, epoch)`` and read from ``position``.
 An ``IterableDataset`` is read as one stream per worker, round-robin, on the same workers
-(``loader/iterable.py``).
+(``loader/streams.py``, ``loader/iterable.py``). Iterators get what they read when they are built
+and never call back into the loader.
 
-Epochs: the first ``iter(loader)`` reads epoch 0. The epoch counter advances when the last batch
-of an epoch is yielded (or when an iterator finds its epoch empty), and also when ``iter()`` is
-called again after an unfinished epoch (like torch, every ``iter()`` is a new epoch) unless
-``load_state_dict`` was called in between: then the next ``iter()`` resumes the loaded state.
-``set_epoch(e)`` (on the loader, on ``loader.sampler``, or a sampler's own ``set_epoch``) sets the
-counter the way frameworks expect; an iterator settles its epoch's order at its first ``next()``,
-so a ``set_epoch`` made between ``iter()`` and the first batch is read (Lightning does that).
+Epochs (when the counter moves, and ``set_epoch``): see :mod:`seqloader.loader.epoch_control`.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import weakref
 from typing import Any, Optional, TypeVar
@@ -27,19 +25,25 @@ from typing import Any, Optional, TypeVar
 import torch
 import torch.utils.data
 
-from seqloader.loader import sampling
 from seqloader.errors import check_nonnegative_int
+from seqloader.loader import world
 from seqloader.loader.custom_order import CustomOrder
 from seqloader.loader.default_sampler import forwarding_sampler
-from seqloader.loader.epoch import MapIterator, pin_device
-from seqloader.loader.fetch import EpochBatches
+from seqloader.loader.epoch import MapIterator
+from seqloader.loader.epoch_control import EpochControl, Watch
 from seqloader.loader.iterable import IterableIterator
+from seqloader.loader.iterator import Opened, read_window
+from seqloader.loader.opening import epoch_batches, open_map_epoch, open_stream_epoch
 from seqloader.loader.progress import Progress
+from seqloader.loader.recipe import Recipe
 from seqloader.loader.seeding import DERIVATION
-from seqloader.loader.state import LoaderState, check_matches, is_stateful
+from seqloader.loader.state import (LoaderState, check_ahead, check_matches, check_position, is_stateful,
+                                    len_or_none)
 from seqloader.loader.stats import LoaderStats
+from seqloader.loader.torch_compat import pin_device
 from seqloader.loader.workers import Workers
 from seqloader.rng import check_seed
+from seqloader.shuffle_sampler import SeekableSampler
 
 __all__ = ["DataLoader", "StatefulDataLoader"]
 
@@ -106,19 +110,25 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         # torchdata's knob: how often its workers snapshot their state. Every state_dict() here is
         # exact at no per-step cost, so it changes nothing; kept for drop-in compatibility.
         self.snapshot_every_n_steps = snapshot_every_n_steps
-        self.seed = sampling.draw_seed(generator) if seed is None else check_seed("DataLoader", seed)
+        self.seed = world.draw_seed(generator) if seed is None else check_seed("DataLoader", seed)
         # A seed is shared by all ranks when given, loaded, or drawn under an initialised world
         # (draw_seed broadcasts rank 0's). One drawn per process cannot shard a global order.
-        self._seed_world = sampling.current_world()[1] if seed is None else None
+        self._seed_world = world.current_world()[1] if seed is None else None
         # The user's own sampler objects (torch builds defaults into .sampler / .batch_sampler).
         self._user_sampler = sampler
         self._user_batch_sampler = batch_sampler
         self._custom = None if self._builtin_order else CustomOrder(sampler, batch_sampler)
+        if isinstance(sampler, SeekableSampler):
+            sampler.bind(num_workers, batch_size)
         self._derivation = DERIVATION  # a loaded state brings its own (see loader/seeding.py)
         iterable = isinstance(dataset, torch.utils.data.IterableDataset)
         self._progress = (Progress(max(1, num_workers), carry=persistent_workers or num_workers == 0)
                           if iterable else Progress())
         self._workers = Workers()  # persistent workers (kept across epochs); others live in iterators
+        owner = self._custom.epoch_owner() if self._custom is not None else (
+            sampler if isinstance(sampler, SeekableSampler) else None)
+        self._epochs = EpochControl(self._progress, iterable, owner,
+                                    None if self._custom is None else self._custom.forget, self._used_up)
         self._stats = LoaderStats()
         # Every argument by keyword: frameworks (Lightning) patch DataLoader.__init__ and map
         # positional arguments by their own signature.
@@ -148,28 +158,46 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
     @property
     def _builtin_order(self) -> bool:
         return self._user_batch_sampler is None and (
-            self._user_sampler is None or isinstance(self._user_sampler, sampling.BijectiveShuffleSampler))
+            self._user_sampler is None or isinstance(self._user_sampler, SeekableSampler))
 
-    def _order(self, epoch: int) -> Any:
-        if isinstance(self._user_sampler, sampling.BijectiveShuffleSampler):
-            return self._user_sampler.order(epoch)
-        return sampling.builtin_order(len(self.dataset), self.seed, epoch, bool(self.shuffle),
-                                      self._derivation)
-
-    def _plan(self, epoch: int, position: int) -> Any:
-        if self._builtin_order:
-            rank, world = sampling.current_world()
-            return sampling.OrderPlan(self._order(epoch), position, self.batch_size, self.drop_last,
-                                      rank, world)
-        return self._custom.plan(epoch, position, self.seed, self._derivation, self.batch_size,
-                                 self.drop_last)
+    def _recipe(self) -> Recipe:
+        """What the epochs read, from the loader's current attributes (see ``loader/recipe.py``)."""
+        seekable = self._user_sampler if isinstance(self._user_sampler, SeekableSampler) else None
+        return Recipe(dataset=self.dataset, dataset_len=len(self.dataset), batch_size=self.batch_size,
+                      drop_last=self.drop_last, collate_fn=self.collate_fn, shuffle=bool(self.shuffle),
+                      seed=self.seed, derivation=self._derivation, sampler=seekable, custom=self._custom)
 
     def __len__(self) -> int:
         if self._is_iterable or not self._builtin_order:
             return super().__len__()
-        rank, world = sampling.current_world()
-        return len(sampling.OrderPlan(sampling._Range(len(self.dataset)), 0, self.batch_size,
-                                      self.drop_last, rank, world))
+        return self._recipe().batches_per_epoch()
+
+    def indices_at(self, epoch: int, step: int, rank: Optional[int] = None,
+                   world_size: Optional[int] = None) -> Any:
+        """The dataset indices of batch ``step`` of ``epoch`` on ``rank``, computed without iterating.
+
+        Works for map-style datasets: a pure function of ``(seed, epoch, step)`` and the loader's
+        arguments (a custom ``sampler``/``batch_sampler`` is read for that epoch). ``rank`` and
+        ``world_size`` default to ``torch.distributed``'s.
+
+        Raises:
+            TypeError: an iterable dataset (its streams decide their items).
+            IndexError: ``step`` is not a batch of that epoch on that rank.
+
+        Example:
+            >>> loader = DataLoader(range(10), batch_size=4, shuffle=True, seed=0)
+            >>> loader.indices_at(0, 0) == next(iter(loader)).tolist()
+            True
+            >>> sorted(sum((loader.indices_at(1, s) for s in range(3)), [])) == list(range(10))
+            True
+            >>> loader.indices_at(0, 3)
+            Traceback (most recent call last):
+            IndexError: DataLoader.indices_at: step 3 out of range [0, 3) of epoch 0 (rank 0 of 1)
+        """
+        if self._is_iterable:
+            raise TypeError("DataLoader.indices_at: an IterableDataset's streams decide their items; "
+                            "indices exist for map-style datasets only")
+        return self._recipe().indices_at(epoch, step, rank, world_size)
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -179,38 +207,38 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                              "num_workers=0); set timeout=0 or use worker processes")
         if self.num_workers > 0:
             self.check_worker_number_rationality()
-        self._check_seed_is_shared()
-        device = pin_device(self)
+        if not self._is_iterable and self._builtin_order:
+            world.check_seed_is_shared(self._seed_world)
+        device = pin_device(self.pin_memory, self.pin_memory_device)
         progress = self._progress
         generation = progress.begin()
         self._stats.begin(progress.epoch, progress.resumed)
+        window = read_window(self.num_workers, self.prefetch_factor)
         if self._is_iterable:
-            return IterableIterator(self, progress, generation, device)
-        seq, source, skip = self._open_epoch()
-        return MapIterator(self, progress, generation, seq, source, device, skip)
+            opened = open_stream_epoch(self, self._derivation, progress, self._workers, self._stats)
+            return IterableIterator(opened, progress, generation, self._stats, device, self.timeout, window,
+                                    owner=self)
+        watch = self._epochs.watch()
+        return MapIterator(self._open_epoch(), progress, generation, self._stats, device, self.timeout, window,
+                           reopen=functools.partial(self._reopen, watch), owner=self)
 
-    def _epoch_batches(self) -> tuple[EpochBatches, frozenset]:
-        """The batches of the progress's epoch from its position, and those to skip (``ahead``)."""
+    def _open_epoch(self) -> Opened:
+        return open_map_epoch(self, self._recipe(), self._progress, self._workers, self._stats)
+
+    def _reopen(self, watch: Watch, current: Opened, used_up: bool) -> Optional[Opened]:
+        """An iterator's first ``next()``: the epoch to read instead of ``current`` if a ``set_epoch``
+        since ``iter()`` changed it (``watch``: the sampler whose ``set_epoch`` the loader follows)."""
         progress = self._progress
-        epoch = progress.epoch
-        seq = EpochBatches(self.dataset, self._plan(epoch, progress.position), self.collate_fn,
-                           self.seed, epoch, self._derivation)
-        skip = frozenset(seq.batch_of(k) for k in progress.ahead)
-        if None in skip:
-            raise ValueError(f"DataLoader: the loaded state's 'ahead' keys {list(progress.ahead)} are not all "
-                             f"batches of epoch {epoch} from position {progress.position}; the state is "
-                             "corrupt or was saved for a different loader")
-        return seq, skip
-
-    def _open_epoch(self) -> tuple[EpochBatches, Any, frozenset]:
-        """``(batches, source, skip)``: the source is the batches, or the workers' Prefetch over them."""
-        seq, skip = self._epoch_batches()
-        source: Any = seq
-        if self.num_workers > 0 and len(seq) > 0:
-            source = self._workers.open(self, seq, self._progress.epoch, affinity=self.in_order)
-            source.start()  # like torch: a failing worker_init_fn raises here, at iter()
-            self._stats.attach(source)
-        return seq, source, skip
+        stale = self._epochs.settle(watch, used_up)
+        if not stale and (progress.epoch, progress.position, progress.ahead) == (
+                current.epoch, current.start, current.ahead):
+            return None
+        if current.owned:  # its workers go before new ones start
+            self._stats.refresh()
+            current.source.close()
+        opened = self._open_epoch()
+        self._stats.reading(progress.epoch)
+        return opened
 
     # -- epochs --------------------------------------------------------------------------------
 
@@ -247,57 +275,11 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             Traceback (most recent call last):
             ValueError: DataLoader.set_epoch: epoch must be a non-negative int (got -1)
         """
-        epoch = check_nonnegative_int("DataLoader.set_epoch", "epoch", epoch)
-        watch = self._epoch_watch()
-        if watch is not None:
-            watch[0].set_epoch(epoch)
-        self._set_epoch(epoch, used_up=None)
-
-    def _set_epoch(self, epoch: int, used_up: Optional[bool]) -> None:
-        progress = self._progress
-        if self._is_iterable:  # a stream's iterator is opened at iter(): it keeps its epoch
-            now = not progress.begun and not progress.started
-        else:
-            now = not progress.begun or (self._used_up() if used_up is None else used_up)
-        progress.set_epoch(epoch, now)
+        self._epochs.set_epoch(check_nonnegative_int("DataLoader.set_epoch", "epoch", epoch))
 
     def _used_up(self) -> bool:
-        seq, skip = self._epoch_batches()
+        seq, skip = epoch_batches(self._recipe(), self._progress)
         return len(seq) == len(skip)
-
-    def _epoch_watch(self) -> Optional[tuple[Any, Any]]:
-        """A sampler whose own ``set_epoch`` the loader follows, with its epoch now (or ``None``)."""
-        owner = self._custom.epoch_owner() if self._custom is not None else None
-        if isinstance(self._user_sampler, sampling.BijectiveShuffleSampler):
-            owner = self._user_sampler
-        return None if owner is None else (owner, getattr(owner, "epoch", None))
-
-    def _settle(self, watch: Optional[tuple[Any, Any]], used_up: bool) -> bool:
-        """At an iterator's first ``next()``: follow a sampler's ``set_epoch`` made since ``iter()``
-        (``watch``). Returns whether the order must be read again although the loader's epoch and
-        position did not change (the sampler's new epoch changes its indices)."""
-        if watch is None:
-            return False
-        owner, seen = watch
-        now = getattr(owner, "epoch", None)
-        if now == seen or not isinstance(now, int):
-            return False
-        self._set_epoch(now, used_up)
-        if self._progress.begun:  # mid-epoch (a resumed one): read on as it began
-            return False
-        if self._custom is not None:
-            self._custom.forget()
-        return True
-
-    def _check_seed_is_shared(self) -> None:
-        world = sampling.current_world()[1]
-        if (world > 1 and self._seed_world is not None and self._seed_world != world
-                and not self._is_iterable and self._builtin_order):
-            raise ValueError(
-                f"DataLoader: seed=None was drawn when torch.distributed had world_size="
-                f"{self._seed_world}, but it now has world_size={world}, so the ranks may not "
-                "agree on the epoch order; build the loader after init_process_group, or pass "
-                "seed=, or load a state_dict")
 
     def stats(self) -> dict:
         """Where the time goes, for the current and the last epoch: is the loop waiting for data?
@@ -317,13 +299,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             >>> s = loader.stats(); s["current"]["batches"], 0 <= s["current"]["input_bound"] <= 1
             (2, True)
         """
-        stats = self._stats
-        stats.refresh()
-        cur = stats.current
-        hint = None if cur is None else cur.hint(self.num_workers, os.cpu_count())
-        return {"current": None if cur is None else cur.as_dict(),
-                "last": None if stats.last is None else stats.last.as_dict(),
-                "resumes": stats.resumes, "hint": hint}
+        return self._stats.report(self.num_workers, os.cpu_count())
 
     def log_stats(self, every_s: Optional[float]) -> None:
         """Log a line on the ``seqloader.stats`` logger (INFO) at most every ``every_s`` seconds
@@ -343,27 +319,24 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
     # -- state ---------------------------------------------------------------------------------
 
     def _state(self) -> LoaderState:
-        rank, world = sampling.current_world()
+        size = world.current_world()[1]
         progress = self._progress
         sampler_state, sampler_epoch = None, None
         if self._custom is not None:
             sampler_state, sampler_epoch = self._custom.state(progress.epoch, progress.position,
                                                               progress.started)
-        elif isinstance(self._user_sampler, sampling.BijectiveShuffleSampler):
+        elif isinstance(self._user_sampler, SeekableSampler):
             sampler_state = self._user_sampler.state_dict()  # its seed; the loader keeps the epoch
-        dataset_state = None
-        if not self._is_iterable and is_stateful(self.dataset):
-            dataset_state = self.dataset.state_dict()
+        iterable = self._is_iterable
+        dataset_state = self.dataset.state_dict() if not iterable and is_stateful(self.dataset) else None
         return LoaderState(
             seed=self.seed, epoch=progress.epoch, position=progress.position, ahead=progress.ahead,
-            dataset_len=_len_or_none(self.dataset), batch_size=self.batch_size,
-            drop_last=self.drop_last, shuffle=bool(self.shuffle) and not self._is_iterable,
-            derivation=self._derivation,
-            sampler_len=(None if self._is_iterable or self._custom is None
-                         else _len_or_none(self._custom)),
+            dataset_len=len_or_none(self.dataset), batch_size=self.batch_size, drop_last=self.drop_last,
+            shuffle=bool(self.shuffle) and not iterable, derivation=self._derivation,
+            sampler_len=None if iterable or self._custom is None else len_or_none(self._custom),
             sampler_epoch=sampler_epoch, sampler=sampler_state, dataset=dataset_state,
             iterable=None if progress.iterable is None else progress.iterable.copy(),
-            saved_with={"num_workers": self.num_workers, "world_size": world})
+            saved_with={"num_workers": self.num_workers, "world_size": size})
 
     def state_dict(self) -> dict:
         """The resume state: valid before ``iter``, mid-epoch and at the end of an epoch.
@@ -404,16 +377,16 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         """
         saved = LoaderState.from_dict(state_dict)
         check_matches(saved, self._state())
-        _check_ahead(saved)
+        check_ahead(saved, world.current_world()[1])
         if self._custom is not None:
             self._custom.check(saved)
         elif not self._is_iterable:
-            _check_position(saved)
+            check_position(saved)
         # validated: mutate
         self._workers.close()
         if self._custom is not None:
             self._custom.load(saved)
-        elif saved.sampler is not None:  # a BijectiveShuffleSampler's seed
+        elif saved.sampler is not None:  # a seekable sampler's seed (and geometry)
             self._user_sampler.load_state_dict(copy.deepcopy(saved.sampler))
         if saved.dataset is not None:
             self.dataset.load_state_dict(copy.deepcopy(saved.dataset))
@@ -427,32 +400,3 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
 #: torchdata's name for the same thing.
 StatefulDataLoader = DataLoader
 
-
-def _check_position(saved: LoaderState) -> None:
-    """A built-in order's position is at most the end of an epoch: ``dataset_len``, or less than
-    ``dataset_len + world_size`` when the last round of a distributed epoch was padded."""
-    n = saved.dataset_len or 0
-    world = saved.saved_with.get("world_size", 1)
-    limit = n + max(world if isinstance(world, int) and world > 0 else 1, 1) - 1 if n else 0
-    if saved.position > limit:
-        raise ValueError(f"load_state_dict: 'position' is {saved.position} in the state_dict but an "
-                         f"epoch of this loader has {n} samples; the state is corrupt or was saved "
-                         "for a different loader")
-
-
-def _check_ahead(saved: LoaderState) -> None:
-    """Batches yielded out of order past the watermark are known for one rank only: such a state
-    resumes exactly only in a world of one."""
-    worlds = (saved.saved_with.get("world_size", 1), sampling.current_world()[1])
-    if saved.ahead and max(w if isinstance(w, int) else 1 for w in worlds) > 1:
-        raise ValueError(f"load_state_dict: 'ahead' lists {len(saved.ahead)} batch(es) yielded out of order "
-                         f"(in_order=False) past 'position', under torch.distributed (world sizes "
-                         f"{worlds[0]} saved, {worlds[1]} now): each rank yielded other batches, so one "
-                         "rank's state cannot resume the others exactly; use in_order=True with ranks")
-
-
-def _len_or_none(dataset: Any) -> Optional[int]:
-    try:
-        return len(dataset)
-    except TypeError:
-        return None

@@ -1,11 +1,11 @@
 """The batches of one epoch as a lazy sequence: seed the global RNGs, fetch, collate.
 
-``EpochBatches[b]`` is batch ``b`` of an epoch plan (``seqloader.loader.sampling``). It is a pure
+``EpochBatches[b]`` is batch ``b`` of an epoch plan (``seqloader.loader.plans``). It is a pure
 function of ``(dataset, plan, seed, epoch, b)``: right before the dataset is read, ``random``,
 ``numpy.random`` and torch's generator are seeded from ``(seed, epoch, key)`` where ``key`` is the
 global position of the batch's first sample. Whichever process computes it (the main process
 at ``num_workers=0``, any worker otherwise) and whether the run was resumed or not, the batch is
-the same. Fetching follows torch's ``_MapDatasetFetcher``: ``dataset.__getitems__(indices)``
+the same. Fetching follows torch's ``_MapDatasetFetcher`` (:func:`~seqloader.loader.torch_compat.fetch`): ``dataset.__getitems__(indices)``
 when the dataset has it, else ``[dataset[i] for i in indices]``, then ``collate_fn``; with
 ``batch_size=None`` one sample ``dataset[i]`` goes through ``collate_fn`` (``default_convert``).
 In a worker, the dataset sees ``get_worker_info()`` as in torch, but torch's default collate
@@ -18,32 +18,22 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from torch.utils.data import default_collate, default_convert, get_worker_info
-from torch.utils.data._utils.fetch import _MapDatasetFetcher
-
 from seqloader.errors import note_stage
 from seqloader.loader.seeding import DERIVATION, seed_globals
-from seqloader.loader.workers import worker_info_hidden
+from seqloader.loader.torch_compat import collate_in_plain_memory, fetch
 from seqloader.sequences.base import LazySequence
 
-__all__ = ["EpochBatches", "identity"]
-
-_TORCH_DEFAULTS = (default_collate, default_convert)
-
-
-def identity(data: Any) -> Any:
-    """The collate step of torch's fetcher when seqloader collates itself (a module-level function,
-    so sequences holding it pickle)."""
-    return data
+__all__ = ["EpochBatches"]
 
 
 class EpochBatches(LazySequence):
     """Batch ``b`` of ``plan`` read from ``dataset`` (see the module docstring).
 
     Example:
-        >>> from seqloader.loader.sampling import OrderPlan, _Range
+        >>> from seqloader.loader.plans import OrderPlan
+        >>> from seqloader.loader.orders import RangeOrder
         >>> from torch.utils.data import default_collate
-        >>> seq = EpochBatches(list(range(10, 20)), OrderPlan(_Range(10), 0, 4, False),
+        >>> seq = EpochBatches(list(range(10, 20)), OrderPlan(RangeOrder(10), 0, 4, False),
         ...                    default_collate, seed=0, epoch=0)
         >>> len(seq), seq[0].tolist(), seq[-1].tolist()
         (3, [10, 11, 12, 13], [18, 19])
@@ -65,15 +55,8 @@ class EpochBatches(LazySequence):
     def _item(self, b: int) -> Any:
         key, indices = self._plan.batch(b)
         seed_globals(self._seed, self._epoch, key, self._derivation)
-        fetcher = _MapDatasetFetcher(self._dataset, self._auto_collation, identity, False)
         try:  # (try/except rather than annotate(): this runs once per batch, ~2 µs saved)
-            data = fetcher.fetch(indices)
-            if self._collate_fn in _TORCH_DEFAULTS and get_worker_info() is not None:
-                # torch's defaults stack into fresh shared memory whenever they see a WorkerInfo;
-                # Prefetch copies results into its own reused slots, so collate in plain memory.
-                with worker_info_hidden():
-                    return self._collate_fn(data)
-            return self._collate_fn(data)
+            return collate_in_plain_memory(self._collate_fn, fetch(self._dataset, indices, self._auto_collation))
         except Exception as exc:
             note_stage(exc, "DataLoader", key, batch=b, epoch=self._epoch)
             raise

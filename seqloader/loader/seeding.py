@@ -19,7 +19,7 @@ import torch
 from seqloader.loader.global_rngs import Snapshot
 from seqloader.rng import derive_seed, hash_seed
 
-__all__ = ["DERIVATION", "preserved_globals", "seed_globals", "torch_seed"]
+__all__ = ["DERIVATION", "preserved_globals", "sampler_globals", "seed_globals", "torch_seed"]
 
 #: How ``(seed, epoch, position)`` turn into the epoch's order and the global-RNG seeds; saved in
 #: the loader's state (``"derivation"``) so that a state resumes with the scheme it was saved
@@ -92,3 +92,19 @@ def preserved_globals() -> Iterator[None]:
         yield
     finally:
         snapshot.restore()
+
+
+@contextlib.contextmanager
+def sampler_globals(seed: int, epoch: int, derivation: int = DERIVATION) -> Iterator[None]:
+    """Seed ``random``, ``numpy.random`` and torch's generator from ``(seed, "sampler", epoch)``.
+
+    The caller's states are restored on exit. The loader iterates a custom sampler inside this,
+    so a sampler drawing from the global RNGs (``RandomSampler`` without a generator) gives the
+    same order for the same ``(seed, epoch)``, which makes its epochs resumable.
+    """
+    s = derive_seed(seed, "sampler", epoch)
+    with preserved_globals():
+        random.seed(s)
+        np.random.seed(s & 0xFFFFFFFF)
+        torch.default_generator.manual_seed(torch_seed(s, derivation))
+        yield

@@ -39,7 +39,8 @@ import copy
 import dataclasses
 from typing import Any, Callable, Optional, cast
 
-__all__ = ["FORMAT", "VERSION", "KEYS", "IterableState", "LoaderState", "check_matches", "is_stateful"]
+__all__ = ["FORMAT", "VERSION", "KEYS", "IterableState", "LoaderState", "check_ahead", "check_matches", "check_position",
+           "is_stateful", "len_or_none"]
 
 #: The value of the ``"format"`` key.
 FORMAT = "seqloader.DataLoader"
@@ -313,6 +314,44 @@ def check_matches(saved: LoaderState, current: LoaderState) -> None:
                          f"{cw} (num_workers={saved.saved_with.get('num_workers', '?')} when saved, "
                          f"num_workers={current.saved_with.get('num_workers', '?')} now); an "
                          "IterableDataset resumes only with the same num_workers")
+
+
+def check_position(saved: LoaderState) -> None:
+    """A built-in order's position is at most the end of an epoch: ``dataset_len``, or less than
+    ``dataset_len + world_size`` when the last round of a distributed epoch was padded.
+
+    Example:
+        >>> s = LoaderState(seed=1, epoch=0, position=11, dataset_len=10, batch_size=2, drop_last=False,
+        ...                 shuffle=False, saved_with={"world_size": 2})
+        >>> check_position(s); check_position(dataclasses.replace(s, position=12))
+        Traceback (most recent call last):
+        ValueError: load_state_dict: 'position' is 12 in the state_dict but an epoch of this loader has 10 samples; the state is corrupt or was saved for a different loader
+    """
+    n = saved.dataset_len or 0
+    world = saved.saved_with.get("world_size", 1)
+    limit = n + max(world if isinstance(world, int) and world > 0 else 1, 1) - 1 if n else 0
+    if saved.position > limit:
+        raise ValueError(f"{_STAGE}: 'position' is {saved.position} in the state_dict but an epoch of this "
+                         f"loader has {n} samples; the state is corrupt or was saved for a different loader")
+
+
+def check_ahead(saved: LoaderState, world_size: int) -> None:
+    """Batches yielded out of order past the watermark are known for one rank only: such a state
+    resumes exactly only in a world of one (``world_size``: the current one)."""
+    worlds = (saved.saved_with.get("world_size", 1), world_size)
+    if saved.ahead and max(w if isinstance(w, int) else 1 for w in worlds) > 1:
+        raise ValueError(f"{_STAGE}: 'ahead' lists {len(saved.ahead)} batch(es) yielded out of order "
+                         f"(in_order=False) past 'position', under torch.distributed (world sizes "
+                         f"{worlds[0]} saved, {worlds[1]} now): each rank yielded other batches, so one "
+                         "rank's state cannot resume the others exactly; use in_order=True with ranks")
+
+
+def len_or_none(obj: Any) -> Optional[int]:
+    """``len(obj)``, or ``None`` when it has none (an ``IterableDataset``, a sampler without ``__len__``)."""
+    try:
+        return len(obj)
+    except TypeError:
+        return None
 
 
 _MIGRATIONS[1] = _migrate_1_to_2

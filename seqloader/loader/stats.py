@@ -134,6 +134,20 @@ class LoaderStats:
         cur.ready_mean = (now["ready_sum"] - base["ready_sum"]) / reads if reads else 0.0
         cur.shm_bytes = now["shm_bytes"] - base["shm_bytes"]
 
+    def report(self, num_workers: int, cores: Optional[int]) -> dict[str, Any]:
+        """``DataLoader.stats()``: the current and last epoch, resumes, and a hint (or ``None``)."""
+        self.refresh()
+        cur = self.current
+        return {"current": None if cur is None else cur.as_dict(),
+                "last": None if self.last is None else self.last.as_dict(),
+                "resumes": self.resumes, "hint": None if cur is None else cur.hint(num_workers, cores)}
+
+    def reading(self, epoch: int) -> None:
+        """The current iterator reads ``epoch`` after all (a ``set_epoch`` between ``iter()`` and its
+        first ``next()``)."""
+        if self.current is not None:
+            self.current.epoch = epoch
+
     def start(self) -> float:
         """A ``next()`` begins: the time since the previous one returned was the loop's work."""
         now = time.perf_counter()

@@ -3,27 +3,27 @@
 The prefetcher (L2) knows nothing of torch's ``DataLoader``; the loader hands it a
 :class:`TorchWorkerSetup` as its ``worker_init_fn``. In each worker that does what torch's
 ``_worker_loop`` does before the first item: seed ``random``, ``numpy.random`` and torch from
-``base_seed + worker_id`` (numpy through torch's ``_generate_state``), set the ``WorkerInfo`` that
-``torch.utils.data.get_worker_info()`` returns, then call the user's ``worker_init_fn``.
+``base_seed + worker_id`` (numpy as torch seeds it), set the ``WorkerInfo`` that
+``torch.utils.data.get_worker_info()`` returns (both through :mod:`seqloader.loader.torch_compat`),
+then call the user's ``worker_init_fn``.
 :class:`Workers` owns the loader's live :class:`~seqloader.prefetcher.prefetch.Prefetch`: opened per
 epoch, or kept and re-targeted with ``persistent_workers``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
-from torch.utils.data._utils import worker as _torch_worker
 
+from seqloader.loader.torch_compat import install_worker_info, numpy_worker_seed
 from seqloader.prefetcher.api import prefetch
 from seqloader.prefetcher.prefetch import Prefetch
 from seqloader.rng import derive_seed
 
-__all__ = ["TorchWorkerSetup", "Workers", "worker_info_hidden"]
+__all__ = ["TorchWorkerSetup", "Workers", "worker_base_seed"]
 
 
 class TorchWorkerSetup:
@@ -37,11 +37,12 @@ class TorchWorkerSetup:
 
     Example:
         >>> from seqloader.loader.seeding import preserved_globals
+        >>> from seqloader.loader.torch_compat import clear_worker_info
         >>> setup = TorchWorkerSetup(2, base_seed=10, dataset="ds", user_fn=None)
         >>> with preserved_globals():   # what worker 1 runs first; here, in this process
         ...     setup(1)
         ...     info = torch.utils.data.get_worker_info()
-        ...     _torch_worker._worker_info = None
+        ...     clear_worker_info()
         >>> info.id, info.num_workers, info.seed, info.dataset
         (1, 2, 11, 'ds')
     """
@@ -55,33 +56,11 @@ class TorchWorkerSetup:
         seed = self.base_seed + worker_id
         random.seed(seed)
         torch.manual_seed(seed)
-        np.random.seed(_torch_worker._generate_state(self.base_seed, worker_id))
-        _torch_worker._worker_info = _torch_worker.WorkerInfo(
-            id=worker_id, num_workers=self.num_workers, seed=seed, dataset=self.dataset)
+        np.random.seed(numpy_worker_seed(self.base_seed, worker_id))
+        install_worker_info(worker_id, self.num_workers, seed, self.dataset)
         if self.user_fn is not None:
             self.user_fn(worker_id)
 
-
-@contextlib.contextmanager
-def worker_info_hidden() -> Iterator[None]:
-    """Make ``torch.utils.data.get_worker_info()`` return ``None`` inside the block.
-
-    Used in workers around torch's ``default_collate``, which, whenever it sees a ``WorkerInfo``,
-    stacks tensors into a fresh shared-memory segment per batch (for torch's own transport).
-    The prefetcher copies results into reused slots anyway, so hiding the info there gives the
-    same values in ordinary memory, much faster for large batches.
-
-    Example:
-        >>> with worker_info_hidden():
-        ...     torch.utils.data.get_worker_info() is None
-        True
-    """
-    saved = _torch_worker._worker_info
-    _torch_worker._worker_info = None
-    try:
-        yield
-    finally:
-        _torch_worker._worker_info = saved
 
 
 def worker_base_seed(seed: int, epoch: int) -> int:

@@ -24,7 +24,7 @@ from torch.utils.data import BatchSampler, DistributedSampler
 import seqloader
 from seqloader.testing import run_distributed
 from seqloader.integrations.torch_iterable import as_iterable_dataset
-from seqloader.loader.sampling import draw_seed
+from seqloader.loader.world import draw_seed
 
 
 class Items:

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import Dataset, RandomSampler, Sampler
 
 from seqloader import BijectiveShuffleSampler, DataLoader
-from seqloader.loader import sampling
+from seqloader.loader import world as topology
 
 from seqloader.testing import assert_batches_equal, assert_resumes_exactly, json_round_trip, run_saving_after
 
@@ -313,7 +313,7 @@ def test_distributed_ranks_shard_the_global_order_and_resume(monkeypatch, drop_l
     n, bs, world = 11, 2, 3
 
     def run(rank, sd=None):
-        monkeypatch.setattr(sampling, "current_world", lambda: (rank, world))
+        monkeypatch.setattr(topology, "current_world", lambda: (rank, world))
         loader = DataLoader(list(range(n)), batch_size=bs, shuffle=True, seed=7, drop_last=drop_last)
         if sd is not None:
             loader.load_state_dict(sd)
@@ -338,14 +338,14 @@ def test_distributed_ranks_shard_the_global_order_and_resume(monkeypatch, drop_l
     else:  # 4 per rank (padded by wrapping): every item at least once
         assert len(items) == world * 4 and set(items) == set(range(n))
     # same global order as world_size=1, read round-robin over ranks
-    monkeypatch.setattr(sampling, "current_world", lambda: (0, 1))
+    monkeypatch.setattr(topology, "current_world", lambda: (0, 1))
     order = [int(x) for b in DataLoader(list(range(n)), batch_size=1, shuffle=True, seed=7) for x in b]
     assert [int(x) for x in per_rank[1][0]] == [order[1], order[4]]
 
 
 def test_elastic_resume_with_a_different_world_size(monkeypatch):
     n = 12
-    monkeypatch.setattr(sampling, "current_world", lambda: (0, 2))
+    monkeypatch.setattr(topology, "current_world", lambda: (0, 2))
     loader = DataLoader(list(range(n)), batch_size=2, shuffle=True, seed=1)
     it = iter(loader)
     next(it)
@@ -353,28 +353,28 @@ def test_elastic_resume_with_a_different_world_size(monkeypatch):
     assert sd["position"] == 4 and sd["saved_with"]["world_size"] == 2
     seen = []
     for r in range(4):
-        monkeypatch.setattr(sampling, "current_world", lambda r=r: (r, 4))
+        monkeypatch.setattr(topology, "current_world", lambda r=r: (r, 4))
         resumed = DataLoader(list(range(n)), batch_size=2, shuffle=True, seed=1)
         resumed.load_state_dict(sd)
         seen += [int(x) for b in resumed for x in b]
-    monkeypatch.setattr(sampling, "current_world", lambda: (0, 1))
+    monkeypatch.setattr(topology, "current_world", lambda: (0, 1))
     order = [int(x) for b in DataLoader(list(range(n)), batch_size=1, shuffle=True, seed=1) for x in b]
     assert sorted(seen) == sorted(order[4:])
 
 
 def test_seed_drawn_before_the_world_existed_is_refused(monkeypatch):
-    monkeypatch.setattr(sampling, "current_world", lambda: (0, 1))
+    monkeypatch.setattr(topology, "current_world", lambda: (0, 1))
     loader = DataLoader(list(range(8)), batch_size=2, shuffle=True)  # seed=None, drawn locally
-    monkeypatch.setattr(sampling, "current_world", lambda: (1, 2))
+    monkeypatch.setattr(topology, "current_world", lambda: (1, 2))
     with pytest.raises(ValueError, match=r"seed=None was drawn when torch.distributed had world_size=1"):
         iter(loader)
     with pytest.raises(ValueError, match="build the loader after init_process_group"):
         list(loader)
     assert loader.state_dict()["epoch"] == 0  # the refused iter() changed nothing
     # a loaded state carries the shared seed
-    monkeypatch.setattr(sampling, "current_world", lambda: (0, 2))
+    monkeypatch.setattr(topology, "current_world", lambda: (0, 2))
     sd = DataLoader(list(range(8)), batch_size=2, shuffle=True, seed=3).state_dict()
-    monkeypatch.setattr(sampling, "current_world", lambda: (1, 2))
+    monkeypatch.setattr(topology, "current_world", lambda: (1, 2))
     loader.load_state_dict(sd)
     assert len(list(loader)) == 2
 
@@ -399,7 +399,7 @@ def test_property_resume_from_every_step(n, bs, drop_last, shuffle, world, data)
     rank = data.draw(st.integers(0, world - 1))
     drop_last = drop_last and bs is not None
     n = max(n, 1) if shuffle else n  # torch's RandomSampler rejects an empty dataset
-    with mock.patch.object(sampling, "current_world", lambda: (rank, world)):
+    with mock.patch.object(topology, "current_world", lambda: (rank, world)):
         def make():
             return DataLoader(list(range(n)), batch_size=bs, shuffle=shuffle, drop_last=drop_last, seed=n)
 

@@ -1,4 +1,4 @@
-"""Epoch orders (``seqloader/loader/sampling.py``): the chunk-cached bijection equals the direct one."""
+"""Epoch orders (``seqloader/loader/orders.py``): the chunk-cached bijection equals the direct one."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqloader.loader.sampling import OrderPlan, _Bijective
+from seqloader.loader.orders import BijectiveOrder as _Bijective
+from seqloader.loader.plans import OrderPlan
 from seqloader.permutation import FeistelPermutation
 
 

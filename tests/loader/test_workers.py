@@ -14,10 +14,16 @@ import torch
 
 import seqloader as sl
 from seqloader import prefetch
-from seqloader.loader.fetch import EpochBatches, identity
-from seqloader.loader.sampling import OrderPlan, _Range
+from seqloader.loader.fetch import EpochBatches
+from seqloader.loader.orders import RangeOrder as _Range
+from seqloader.loader.plans import OrderPlan
 from seqloader.loader.seeding import preserved_globals
-from seqloader.loader.workers import TorchWorkerSetup, worker_base_seed, worker_info_hidden
+from seqloader.loader.torch_compat import worker_info_hidden
+from seqloader.loader.workers import TorchWorkerSetup, worker_base_seed
+
+
+def identity(data):
+    return data  # a collate step that keeps the sample (module-level: it pickles)
 
 
 class Info:

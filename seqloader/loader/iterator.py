@@ -1,0 +1,192 @@
+"""L3: what every loader iterator shares: the ``next()`` bookkeeping and the one read step.
+
+:class:`LoaderIterator` owns ``__next__`` (a finished iterator stays finished, a superseded one
+raises, every call is timed by :class:`~seqloader.loader.stats.LoaderStats`) and :meth:`_read`,
+the read / translate-error / consume step of both dataset kinds: the next item of an
+:class:`Opened` epoch -- in this process (global RNGs restored), from the workers in order, or
+the first to complete (``in_order=False``) -- with worker deaths and timeouts translated into
+torch's words, and the item counted as consumed whether it returned or raised its own error.
+Subclasses (:class:`~seqloader.loader.epoch.MapIterator`,
+:class:`~seqloader.loader.iterable.IterableIterator`) supply ``_next`` and ``_consumed``,
+as torch's ``_BaseDataLoaderIter`` subclasses supply ``_next_data``.
+
+An iterator gets everything it reads when it is built (an :class:`Opened` epoch, the progress,
+the stats, the timeout, the window and at most one ``reopen`` callable) and never calls back into
+its loader: compare torch's ``_BaseDataLoaderIter.__init__``, which copies what it needs once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+from typing import Any, Optional
+
+from seqloader.loader.global_rngs import Snapshot
+from seqloader.loader.progress import Progress
+from seqloader.loader.stats import LoaderStats
+from seqloader.loader.torch_compat import open_files_error, pin, worker_error
+from seqloader.loader.watermark import Watermark
+from seqloader.prefetcher.faults import INDEX_ATTR, ItemTimeout, WorkerDied
+
+__all__ = ["LoaderIterator", "Opened", "infrastructure_error", "read_window", "superseded_error"]
+
+
+def read_window(num_workers: int, prefetch_factor: Optional[int]) -> int:
+    """How far past the oldest batch not yet yielded an out-of-order reader may yield: 4x torch's
+    in-flight bound, so a fast worker runs well ahead of a stuck one while the state's ``ahead``
+    list stays short.
+
+    Example:
+        >>> read_window(2, None), read_window(4, 3)
+        (16, 48)
+    """
+    return 4 * num_workers * (prefetch_factor or 2)
+
+
+def superseded_error() -> RuntimeError:
+    """The error of an iterator whose loader was iterated again or loaded a state."""
+    return RuntimeError("DataLoader: this iterator was superseded by a later iter(loader) or "
+                        "load_state_dict(); iterate the loader again")
+
+
+def infrastructure_error(exc: BaseException, timeout: float, batch: int) -> Optional[RuntimeError]:
+    """The error to raise instead of ``exc`` when the workers or their transport failed (a dead
+    worker, a timeout, no file descriptor left), in torch's words; ``None`` for a batch's own error.
+
+    Example:
+        >>> infrastructure_error(KeyError("bad sample"), 0, 3) is None
+        True
+        >>> e = ItemTimeout("prefetch(...): timed out", seconds=5.0, item=3, worker_id=1, pid=42)
+        >>> str(infrastructure_error(e, 5, 3))
+        'DataLoader timed out after 5 seconds; seqloader: waiting for batch 3 from worker 1 (pid 42)'
+    """
+    if isinstance(exc, ItemTimeout):
+        return worker_error(timed_out=True, timeout=timeout, batch=batch, worker_id=exc.worker_id, pid=exc.pid,
+                            exitcode=None, doing="", detail="")
+    if isinstance(exc, WorkerDied):
+        doing = f"while producing batch {exc.item}" if exc.item is not None else "while idle"
+        return worker_error(timed_out=False, timeout=timeout, batch=batch, worker_id=exc.worker_id, pid=exc.pid,
+                            exitcode=exc.exitcode, doing=doing, detail=str(exc))
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return open_files_error(exc)
+    return None
+
+
+@dataclasses.dataclass
+class Opened:
+    """One opened epoch (or its rest), as an iterator reads it; swapped whole when it is reopened.
+
+    Attributes:
+        seq: the sequence of items (batches, or stream items) from the epoch's position.
+        source: ``seq`` itself (read in this process) or the workers' ``Prefetch`` over it.
+        owned: the iterator closes ``source`` when it is done (not the loader's persistent workers).
+        unordered: items are taken as they complete (``in_order=False`` with workers).
+        epoch, start, ahead: the progress this was opened at (epoch, sample position, keys
+            yielded past it).
+        mark: the items of ``seq`` consumed so far (a watermark and those consumed past it).
+    """
+
+    seq: Any
+    source: Any
+    owned: bool
+    unordered: bool
+    epoch: int
+    start: int
+    ahead: tuple[int, ...]
+    mark: Watermark
+
+
+class LoaderIterator:
+    """The shared part of a loader iterator (see the module docstring).
+
+    Args:
+        opened: the epoch to read.
+        progress: the loader's progress; this iterator's ``generation`` of it.
+        stats: the loader's stats.
+        pin_device: the device to pin batches for, or ``None``.
+        timeout: the loader's ``timeout`` (for torch's message).
+        window: how far past the watermark an out-of-order read may take items.
+        owner: kept alive while the iterator is (the loader: its finalizer closes persistent workers).
+    """
+
+    def __init__(self, opened: Opened, progress: Progress, generation: int, stats: LoaderStats,
+                 pin_device: Optional[str], timeout: float, window: int, owner: Any):
+        self._opened = opened
+        self._progress, self._generation, self._stats = progress, generation, stats
+        self._pin_device, self._timeout, self._window = pin_device, timeout, window
+        self._owner = owner
+        self._done = False
+
+    def __iter__(self) -> "LoaderIterator":
+        return self
+
+    def _next(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _consumed(self, i: Optional[int]) -> None:  # pragma: no cover - abstract
+        """Item ``i`` of the opened sequence was consumed (returned, or raised its own error);
+        ``None``: the failing item is unknown."""
+        raise NotImplementedError
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        if self._progress.superseded(self._generation):
+            self._finish()
+            raise superseded_error()
+        stats = self._stats
+        start = stats.start()
+        try:
+            batch = self._next()
+        except StopIteration:
+            stats.stopped()
+            raise
+        except BaseException:
+            stats.returned(start)  # a batch that raised was consumed
+            raise
+        stats.returned(start)
+        return batch
+
+    def _read(self) -> tuple[int, Any]:
+        """The next item of the opened sequence, ``(index, value)``: the watermark's (in order) or
+        the first to complete; consumed whether it returned or raised its own error."""
+        opened = self._opened
+        low = opened.mark.low
+        if opened.source is opened.seq:  # this process: the caller's global RNG states are kept
+            snapshot = Snapshot()
+            try:
+                out = opened.seq[low]
+            except Exception:
+                self._consumed(low)
+                raise
+            finally:
+                snapshot.restore()
+            self._consumed(low)
+            return low, out
+        try:
+            if opened.unordered:
+                i, out = opened.source.take(window=self._window)
+            else:
+                i, out = low, opened.source[low]
+        except Exception as exc:
+            replacement = infrastructure_error(exc, self._timeout, low)
+            if replacement is not None:  # the workers failed: nothing was consumed
+                raise replacement from exc
+            self._consumed(getattr(exc, INDEX_ATTR, None) if opened.unordered else low)
+            raise
+        self._consumed(i)
+        return i, out
+
+    def _pinned(self, batch: Any) -> Any:
+        return batch if self._pin_device is None else pin(batch, self._pin_device)
+
+    def _release(self) -> None:
+        """Close this iterator's own workers (not the loader's persistent ones)."""
+        opened = self._opened
+        if opened.owned and not opened.source.closed:
+            self._stats.refresh()
+            opened.source.close()
+
+    def _finish(self) -> None:
+        self._done = True
+        self._release()

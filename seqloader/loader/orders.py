@@ -1,0 +1,168 @@
+"""L3: *orders*: which dataset index sits at each position of an epoch's global order.
+
+An order is any object with the :class:`Order` protocol: a length ``n``, a vectorised
+``lookup(positions)`` and ``run(first, count, stride)`` (the positions ``first, first + stride,
+...``, the common case of one rank's batch). It is a pure function of its arguments (a seed, an
+epoch's key): a seek is a lookup, never a replay. The built-in ones:
+
+* :class:`RangeOrder`: ``range(n)`` (``shuffle=False``);
+* :class:`BijectiveOrder`: a Feistel bijection (``shuffle=True``, and
+  :class:`~seqloader.shuffle_sampler.BijectiveShuffleSampler`): O(1) memory and seek;
+* :class:`NumpyPermutationOrder`: seqloader 0.1's numpy permutation (states of derivation 1);
+* :class:`BlockOrder`: a :class:`~seqloader.block_permutation.BlockPermutation` (windows of
+  contiguous blocks, lanes per worker; :class:`~seqloader.shuffle_sampler.BlockShuffleSampler`);
+* :class:`ListedOrder`: the indices a custom sampler yielded this epoch (materialised).
+
+Plans (:mod:`seqloader.loader.plans`) cut an order into batches per rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol, runtime_checkable
+
+import numpy as np
+
+from seqloader.block_permutation import BlockPermutation
+from seqloader.loader.seeding import DERIVATION
+from seqloader.permutation import FeistelPermutation
+from seqloader.rng import derive_seed
+
+__all__ = ["BijectiveOrder", "BlockOrder", "ListedOrder", "NumpyPermutationOrder", "Order", "RangeOrder",
+           "builtin_order", "materialise_order"]
+
+
+@runtime_checkable
+class Order(Protocol):
+    """Position -> dataset index over ``[0, n)``, vectorised (see the module docstring)."""
+
+    n: int
+
+    def lookup(self, pos: np.ndarray) -> list:
+        """The dataset indices at the (int64) positions ``pos``."""
+
+    def run(self, first: int, count: int, stride: int) -> list:
+        """The dataset indices at positions ``first, first + stride, ...`` (``count`` of them)."""
+
+
+class RangeOrder:
+    """The identity order of ``range(n)``."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def lookup(self, pos: np.ndarray) -> list:
+        return pos.tolist()
+
+    def run(self, first: int, count: int, stride: int) -> list:
+        return list(range(first, first + count * stride, stride))
+
+
+class NumpyPermutationOrder:
+    """``Generator(PCG64(seed)).permutation(n)``, built on first use in each process (cached)."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self._perm = n, seed, None
+
+    def _permutation(self) -> np.ndarray:
+        if self._perm is None:
+            self._perm = np.random.Generator(np.random.PCG64(self.seed)).permutation(self.n)
+        return self._perm
+
+    def lookup(self, pos: np.ndarray) -> list:
+        return self._permutation()[pos].tolist()
+
+    def run(self, first: int, count: int, stride: int) -> list:
+        return self._permutation()[first:first + count * stride:stride].tolist()
+
+    def __getstate__(self):  # workers rebuild the permutation rather than receive n ints
+        return {"n": self.n, "seed": self.seed}
+
+    def __setstate__(self, state):
+        self.n, self.seed, self._perm = state["n"], state["seed"], None
+
+
+class BijectiveOrder:
+    """A :class:`~seqloader.permutation.FeistelPermutation`: O(1) memory, O(1) seek.
+
+    Caches the images of one *chunk*: the next :data:`CHUNK` positions of this process's stride
+    (``start, start + stride, ...``; the stride is ``world_size`` under sharding), so a batch of
+    256 costs one cached lookup instead of ~70 numpy operations (about 18 µs against 100 µs per
+    batch); a seek costs one chunk (a few hundred µs at any ``n``). The cache is per process and
+    is not pickled.
+    """
+
+    CHUNK = 4096
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.perm = n, FeistelPermutation(n, seed)
+        self._chunk: Optional[tuple[int, int, np.ndarray]] = None  # (start, stride, images)
+
+    def lookup(self, pos: np.ndarray) -> list:
+        return self.perm(pos).astype(np.int64).tolist()
+
+    def run(self, first: int, count: int, stride: int) -> list:
+        chunk = self._chunk
+        if chunk is not None and chunk[1] == stride and first >= chunk[0] and (first - chunk[0]) % stride == 0:
+            k = (first - chunk[0]) // stride
+            if k + count <= len(chunk[2]):
+                return chunk[2][k:k + count].tolist()
+        m = max(count, min(self.CHUNK, -(-(self.n - first) // stride)))
+        images = self.perm(first + stride * np.arange(m, dtype=np.int64)).astype(np.int64)
+        self._chunk = (first, stride, images)
+        return images[:count].tolist()
+
+    def __getstate__(self):
+        return {"n": self.n, "perm": self.perm, "_chunk": None}
+
+
+class ListedOrder:
+    """The indices a custom sampler yielded this epoch (an int64 array when they are all ints)."""
+
+    def __init__(self, indices: list):
+        arr = np.asarray(indices) if indices else np.zeros(0, dtype=np.int64)
+        self.items = arr if arr.ndim == 1 and arr.dtype.kind in "iu" else list(indices)
+        self.n = len(indices)
+
+    def lookup(self, pos: np.ndarray) -> list:
+        if isinstance(self.items, np.ndarray):
+            return self.items[pos].tolist()
+        return [self.items[p] for p in pos.tolist()]
+
+    def run(self, first: int, count: int, stride: int) -> list:
+        picked = self.items[first:first + count * stride:stride]
+        return picked.tolist() if isinstance(picked, np.ndarray) else list(picked)
+
+
+class BlockOrder:
+    """A :class:`~seqloader.block_permutation.BlockPermutation`'s order (vectorised lookups).
+
+    Example:
+        >>> from seqloader.block_permutation import BlockPermutation
+        >>> o = BlockOrder(BlockPermutation([3, 6], window=0, seed=0))
+        >>> o.n, o.run(0, 3, 2), o.lookup(np.array([5, 0]))
+        (6, [0, 2, 4], [5, 0])
+    """
+
+    def __init__(self, perm: BlockPermutation):
+        self.perm, self.n = perm, perm.n
+
+    def lookup(self, pos: np.ndarray) -> list:
+        return self.perm(pos).tolist()
+
+    def run(self, first: int, count: int, stride: int) -> list:
+        return self.perm(first + stride * np.arange(count, dtype=np.int64)).tolist()
+
+
+def materialise_order(sampler: Any) -> ListedOrder:
+    """The indices of one pass over ``sampler`` (indices only; the dataset is not read)."""
+    return ListedOrder(list(iter(sampler)))
+
+
+def builtin_order(n: int, seed: int, epoch: int, shuffle: bool, derivation: int = DERIVATION) -> Order:
+    """The order of a built-in sampler: ``range(n)``, or the shuffle of ``(seed, epoch)``: a Feistel
+    bijection (O(1) memory, O(1) seek), or for ``derivation=1`` states the numpy permutation."""
+    if not shuffle:
+        return RangeOrder(n)
+    if derivation == 1:
+        return NumpyPermutationOrder(n, derive_seed(seed, "shuffle", epoch))
+    return BijectiveOrder(n, derive_seed(seed, "shuffle", epoch))

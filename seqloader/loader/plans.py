@@ -1,0 +1,121 @@
+"""L3: *plans*: an epoch's order cut into batches for one rank, from a global sample position on.
+
+A plan maps a batch number to ``(key, indices)`` without touching the dataset:
+
+* :class:`OrderPlan` reads an :class:`~seqloader.loader.orders.Order` from a global sample
+  ``position`` on. Under ``torch.distributed`` rank ``r`` of ``w`` reads global positions
+  ``position + r + j*w``, the layout of ``DistributedSampler``: positions past the end wrap to the
+  start (padding), or the tail is dropped when ``drop_last=True``.
+* :class:`BatchListPlan` reads a custom ``batch_sampler``'s batches, materialised per epoch.
+
+``key`` is the global position of the batch's first sample: the same for the same batch whether
+the run was resumed or not, and distinct across batches and ranks. The loader seeds the global
+RNGs from ``(seed, epoch, key)`` before producing the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from seqloader.loader.orders import Order, RangeOrder
+
+__all__ = ["BatchListPlan", "OrderPlan", "materialise_batches"]
+
+
+class OrderPlan:
+    """Batches of ``batch_size`` read from ``order`` starting at global position ``start``.
+
+    Args:
+        order: an order object (``n`` and vectorised ``lookup``).
+        start: samples of the global order already consumed this epoch.
+        batch_size: samples per batch per rank, or ``None`` (one sample per step, not collated).
+        drop_last: drop the incomplete last batch (and, with several ranks, the tail that does
+            not divide evenly, like ``DistributedSampler(drop_last=True)``).
+        rank, world_size: this process's place; positions ``start + rank + j * world_size``.
+
+    Example:
+        >>> p = OrderPlan(RangeOrder(9), start=0, batch_size=4, drop_last=False, rank=1, world_size=2)
+        >>> len(p), p.batch(0), p.batch(1), p.end_position(1)
+        (2, (1, [1, 3, 5, 7]), (9, [0]), 10)
+        >>> len(OrderPlan(RangeOrder(10), start=8, batch_size=4, drop_last=True, rank=0, world_size=2))
+        0
+    """
+
+    def __init__(self, order: Order, start: int, batch_size: Optional[int], drop_last: bool,
+                 rank: int = 0, world_size: int = 1):
+        self.order, self.start, self.rank, self.world = order, start, rank, world_size
+        self.single = batch_size is None
+        self.bs = 1 if batch_size is None else batch_size
+        n = order.n
+        remaining = max(n - start, 0)
+        per_rank = remaining // world_size if drop_last else -(-remaining // world_size)
+        self.per_rank = per_rank
+        self._len = per_rank // self.bs if drop_last else -(-per_rank // self.bs)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def key(self, b: int) -> int:
+        """The global position of batch ``b``'s first sample."""
+        return self.start + self.rank + b * self.bs * self.world
+
+    def batch_of(self, key: int) -> Optional[int]:
+        """The batch whose key is ``key``, or ``None`` if no batch of this plan has it."""
+        b, r = divmod(key - self.start - self.rank, self.bs * self.world)
+        return b if r == 0 and 0 <= b < self._len else None
+
+    def batch(self, b: int) -> tuple[int, Any]:
+        """``(key, indices)`` of batch ``b`` (a single index when ``batch_size`` is ``None``)."""
+        lo, hi = b * self.bs, min((b + 1) * self.bs, self.per_rank)
+        first = self.start + self.rank + lo * self.world
+        if hi > lo and first + (hi - 1 - lo) * self.world < self.order.n:
+            idx = self.order.run(first, hi - lo, self.world)
+        else:  # padding wraps to the start of the order, as in DistributedSampler
+            g = self.start + self.rank + np.arange(lo, hi, dtype=np.int64) * self.world
+            idx = self.order.lookup(g % self.order.n) if g.size else []
+        return self.key(b), (idx[0] if self.single else idx)
+
+    def end_position(self, b: int) -> int:
+        """The global position after batch ``b`` (past ``n`` for a padded last batch)."""
+        return self.start + min((b + 1) * self.bs, self.per_rank) * self.world
+
+
+class BatchListPlan:
+    """The batches a custom ``batch_sampler`` yielded this epoch, from sample ``start`` on."""
+
+    def __init__(self, batches: list, start: int):
+        self.batches = batches
+        ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
+        self.ends = ends
+        first = int(np.searchsorted(ends, start, side="right")) if start else 0
+        if start and (first == 0 or int(ends[first - 1]) != start):
+            raise ValueError(f"DataLoader: the state's position {start} is not at a batch boundary of "
+                             f"this epoch's batch_sampler (batch ends {ends[:8].tolist()}...); the "
+                             "batch_sampler must yield the same batches when resumed")
+        self.first = first
+
+    def __len__(self) -> int:
+        return len(self.batches) - self.first
+
+    def key(self, b: int) -> int:
+        """The position (samples of the epoch) where batch ``b`` starts."""
+        i = self.first + b
+        return int(self.ends[i - 1]) if i else 0
+
+    def batch_of(self, key: int) -> Optional[int]:
+        """The batch starting at position ``key``, or ``None``."""
+        b = (int(np.searchsorted(self.ends, key, side="right")) if key else 0) - self.first
+        return b if 0 <= b < len(self) and self.key(b) == key else None
+
+    def batch(self, b: int) -> tuple[int, list]:
+        return self.key(b), list(self.batches[self.first + b])
+
+    def end_position(self, b: int) -> int:
+        return int(self.ends[self.first + b])
+
+
+def materialise_batches(batch_sampler: Any) -> list:
+    """The batches of one pass over ``batch_sampler``, as lists of indices."""
+    return [list(b) for b in iter(batch_sampler)]

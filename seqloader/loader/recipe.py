@@ -1,0 +1,118 @@
+"""L3: the *recipe*: which dataset indices batch ``b`` of epoch ``e`` reads, as one frozen value.
+
+A :class:`Recipe` holds what decides the data (the dataset, its length, ``batch_size``,
+``drop_last``, ``shuffle``, the seed and its derivation, and the order source: the built-in
+order, a :class:`~seqloader.shuffle_sampler.SeekableSampler`, or a user's sampler/``batch_sampler``
+read once per epoch) and nothing of how it is read (workers, pinning, progress). Everything else
+is a pure function of ``(recipe, epoch, position)`` and the rank:
+
+* :meth:`Recipe.order` -- the epoch's global order (:mod:`seqloader.loader.orders`);
+* :meth:`Recipe.plan` -- that order cut into this rank's batches from a sample ``position`` on
+  (:mod:`seqloader.loader.plans`);
+* :meth:`Recipe.batches` -- the lazy sequence of those batches (seed, fetch, collate;
+  :class:`~seqloader.loader.fetch.EpochBatches`);
+* :meth:`Recipe.indices_at` -- the indices of one step, computed without iterating.
+
+The loader builds its recipe from its attributes when an epoch opens (torch lets users change
+``collate_fn`` after construction), and a loaded state replaces the seed and derivation.
+Compare Grain, which keeps its index map pure and apart from the read, and torch's iterator,
+which asks its loader for one object (``loader._index_sampler``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+from seqloader.errors import check_int, check_nonnegative_int
+from seqloader.loader import world
+from seqloader.loader.custom_order import CustomOrder
+from seqloader.loader.fetch import EpochBatches
+from seqloader.loader.orders import Order, RangeOrder, builtin_order
+from seqloader.loader.plans import OrderPlan
+from seqloader.loader.seeding import DERIVATION
+
+__all__ = ["Recipe"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """Which indices each batch of each epoch reads; see the module docstring.
+
+    Attributes:
+        dataset: the map-style dataset (only :meth:`batches` reads it).
+        dataset_len: ``len(dataset)``.
+        batch_size, drop_last, collate_fn: as in torch's ``DataLoader``.
+        shuffle: the built-in order is shuffled (ignored with ``sampler`` or ``custom``).
+        seed, derivation: the loader's seed and how orders and seeds derive from it.
+        sampler: a seekable sampler whose ``order(epoch)`` is read directly, or ``None``.
+        custom: a user's ``sampler``/``batch_sampler`` (indices read once per epoch), or ``None``.
+
+    Example:
+        >>> r = Recipe(dataset=list(range(10)), dataset_len=10, batch_size=4, drop_last=False,
+        ...            collate_fn=list, shuffle=False, seed=0)
+        >>> r.indices_at(0, 1), r.indices_at(0, 2), r.batches_per_epoch(rank=1, world_size=2)
+        ([4, 5, 6, 7], [8, 9], 2)
+        >>> r.indices_at(0, 3)
+        Traceback (most recent call last):
+        IndexError: DataLoader.indices_at: step 3 out of range [0, 3) of epoch 0 (rank 0 of 1)
+    """
+
+    dataset: Any
+    dataset_len: int
+    batch_size: Optional[int]
+    drop_last: bool
+    collate_fn: Callable[[Any], Any]
+    shuffle: bool
+    seed: int
+    derivation: int = DERIVATION
+    sampler: Any = None
+    custom: Optional[CustomOrder] = None
+
+    def order(self, epoch: int) -> Order:
+        """The global order of ``epoch`` (not for a custom sampler, whose indices are per epoch)."""
+        if self.sampler is not None:
+            return self.sampler.order(epoch)
+        return builtin_order(self.dataset_len, self.seed, epoch, self.shuffle, self.derivation)
+
+    def plan(self, epoch: int, position: int, rank: Optional[int] = None,
+             world_size: Optional[int] = None) -> Any:
+        """This rank's batches of ``epoch`` from global sample ``position`` on.
+
+        ``rank``/``world_size`` default to ``torch.distributed``'s (``world.current_world()``). A
+        custom sampler shards itself (a ``DistributedSampler``), so its plan ignores them.
+        """
+        if self.custom is not None:
+            return self.custom.plan(epoch, position, self.seed, self.derivation, self.batch_size, self.drop_last)
+        if rank is None or world_size is None:
+            rank, world_size = world.current_world()
+        return OrderPlan(self.order(epoch), position, self.batch_size, self.drop_last, rank, world_size)
+
+    def batches(self, epoch: int, position: int) -> EpochBatches:
+        """The lazy sequence of this rank's batches of ``epoch`` from ``position`` on."""
+        return EpochBatches(self.dataset, self.plan(epoch, position), self.collate_fn, self.seed, epoch,
+                            self.derivation)
+
+    def batches_per_epoch(self, rank: Optional[int] = None, world_size: Optional[int] = None) -> int:
+        """Batches of a whole epoch on this rank (``len(loader)``), without building an order."""
+        if rank is None or world_size is None:
+            rank, world_size = world.current_world()
+        return len(OrderPlan(RangeOrder(self.dataset_len), 0, self.batch_size, self.drop_last, rank, world_size))
+
+    def indices_at(self, epoch: int, step: int, rank: Optional[int] = None,
+                   world_size: Optional[int] = None) -> Any:
+        """The dataset indices of batch ``step`` of ``epoch`` on ``rank``, computed without iterating.
+
+        Raises:
+            IndexError: ``step`` is not a batch of that epoch on that rank.
+        """
+        op = "DataLoader.indices_at"
+        epoch = check_nonnegative_int(op, "epoch", epoch)
+        step = check_int(op, "step", step)
+        if rank is None or world_size is None:
+            rank, world_size = world.current_world()
+        plan = self.plan(epoch, 0, rank, world_size)
+        if not 0 <= step < len(plan):
+            raise IndexError(f"{op}: step {step} out of range [0, {len(plan)}) of epoch {epoch} "
+                             f"(rank {rank} of {world_size})")
+        return plan.batch(step)[1]

@@ -1,0 +1,230 @@
+"""L3: every use of torch's private data-loading pieces, in one place.
+
+A torch release is checked here and nowhere else. What seqloader borrows from
+``torch.utils.data._utils`` and why:
+
+* the worker's ``WorkerInfo`` (what ``torch.utils.data.get_worker_info()`` returns) and the numpy
+  seed of torch's worker set-up (``_generate_state``), so that a dataset sees in seqloader's
+  workers exactly what torch's own workers would show it: :func:`install_worker_info`;
+* hiding that info around torch's default collate functions, which stack into a fresh
+  shared-memory segment per batch whenever they see one (seqloader ships results through its
+  own reused slots): :func:`collate_in_plain_memory`;
+* the map-style fetch (``_MapDatasetFetcher``: ``dataset.__getitems__`` when it exists):
+  :func:`fetch`; pinning (``pin_memory``): :func:`pin`;
+* torch's words, which user code matches on: a dead worker, a timeout, running out of file
+  descriptors, the ``pin_memory`` warnings (:func:`worker_error`, :func:`open_files_error`,
+  :func:`pin_device`).
+
+Checked against torch 2.13 and its development branch (2026-11): 2.13's ``WorkerInfo`` has the
+fields ``rng`` and ``worker_method``, which torch's process workers leave at their defaults
+(``None``, ``"multiprocessing"``); the development branch fills ``rng`` with the worker's global
+generators (``_RNG(random._inst, torch.default_generator, numpy's global RandomState)``) and makes
+``get_worker_info()`` look at a thread-local info (its thread workers) before the module global.
+:func:`install_worker_info` follows whichever torch is installed, and the hiding clears both.
+``tests/loader/test_torch_compat.py`` compares the info with the one torch's own workers build.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import signal
+import warnings
+from typing import Any, Callable, Iterator, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate, default_convert, get_worker_info
+from torch.utils.data._utils import worker as _worker
+from torch.utils.data._utils.fetch import _MapDatasetFetcher
+from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
+
+__all__ = ["collate_in_plain_memory", "fetch", "install_worker_info", "numpy_worker_seed", "open_files_error",
+           "pin", "pin_device", "worker_error", "worker_info_hidden"]
+
+#: torch's default collate functions: the ones that stack into shared memory inside a worker.
+TORCH_COLLATES = (default_collate, default_convert)
+
+_FIELDS = {f.name for f in dataclasses.fields(_worker.WorkerInfo)}
+_RNG = getattr(_worker, "_RNG", None)           # the development branch's per-worker generators
+_LOCAL = getattr(_worker, "_thread_local_worker_info", None)  # ... and its thread-local info
+
+
+# --------------------------------------------------------------------------- worker info and seeds
+
+
+def numpy_worker_seed(base_seed: int, worker_id: int) -> list[int]:
+    """The ``numpy.random.seed`` torch's worker ``worker_id`` uses for ``base_seed``.
+
+    Example:
+        >>> len(numpy_worker_seed(10, 1)), numpy_worker_seed(10, 1) == numpy_worker_seed(10, 1)
+        (4, True)
+    """
+    return list(_worker._generate_state(base_seed, worker_id))
+
+
+def install_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Any) -> Any:
+    """Make ``get_worker_info()`` return what torch's process worker ``worker_id`` would.
+
+    Called in a worker process after the global RNGs were seeded as torch seeds them (the
+    development branch records those generators in the info's ``rng``).
+
+    Returns:
+        The installed ``WorkerInfo``.
+
+    Example:
+        >>> info = install_worker_info(1, 2, seed=11, dataset="ds")
+        >>> (info.id, info.num_workers, info.seed, info.dataset) == (1, 2, 11, "ds"), get_worker_info() is info
+        (True, True)
+        >>> clear_worker_info(); get_worker_info() is None
+        True
+    """
+    extra: dict[str, Any] = {}
+    if "worker_method" in _FIELDS:
+        extra["worker_method"] = "multiprocessing"
+    if _RNG is not None and "rng" in _FIELDS:
+        extra["rng"] = _RNG(random_generator=random._inst,  # type: ignore[attr-defined]
+                            torch_generator=torch.default_generator,
+                            numpy_generator=np.random.mtrand._rand)  # type: ignore[attr-defined]
+    info = _worker.WorkerInfo(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset, **extra)
+    _worker._worker_info = info
+    return info
+
+
+def clear_worker_info() -> None:
+    """Forget the installed info (``get_worker_info()`` returns ``None`` again); for tests and docs."""
+    _worker._worker_info = None
+
+
+@contextlib.contextmanager
+def worker_info_hidden() -> Iterator[None]:
+    """Make ``torch.utils.data.get_worker_info()`` return ``None`` inside the block.
+
+    Example:
+        >>> _ = install_worker_info(0, 1, seed=0, dataset=None)
+        >>> with worker_info_hidden():
+        ...     get_worker_info() is None
+        True
+        >>> get_worker_info() is not None
+        True
+        >>> clear_worker_info()
+    """
+    saved = _worker._worker_info
+    local = getattr(_LOCAL, "worker_info", None) if _LOCAL is not None else None
+    _worker._worker_info = None
+    if local is not None:
+        _LOCAL.worker_info = None  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        _worker._worker_info = saved
+        if local is not None:
+            _LOCAL.worker_info = local  # type: ignore[union-attr]
+
+
+def collate_in_plain_memory(collate_fn: Callable[[Any], Any], data: Any) -> Any:
+    """``collate_fn(data)``; torch's own collate functions run with the worker info hidden.
+
+    Inside a worker, torch's ``default_collate`` stacks tensors into a fresh shared-memory segment
+    per batch (for torch's transport). seqloader's workers copy results into reused slots, so
+    the same values in ordinary memory are much cheaper. A user's ``collate_fn`` sees the info.
+
+    Example:
+        >>> collate_in_plain_memory(default_collate, [1, 2]).tolist()
+        [1, 2]
+    """
+    if collate_fn in TORCH_COLLATES and get_worker_info() is not None:
+        with worker_info_hidden():
+            return collate_fn(data)
+    return collate_fn(data)
+
+
+# --------------------------------------------------------------------------- fetch and pin
+
+
+def _identity(data: Any) -> Any:
+    return data
+
+
+def fetch(dataset: Any, indices: Any, auto_collation: bool) -> Any:
+    """What torch's map-style fetcher reads for one batch, before collate.
+
+    ``dataset.__getitems__(indices)`` when the dataset has it, else ``[dataset[i] for i in
+    indices]``; one sample ``dataset[index]`` without auto-collation (``batch_size=None``).
+
+    Example:
+        >>> fetch([10, 11, 12], [2, 0], True), fetch([10, 11, 12], 1, False)
+        ([12, 10], 11)
+    """
+    return _MapDatasetFetcher(dataset, auto_collation, _identity, False).fetch(indices)
+
+
+def pin(batch: Any, device: str) -> Any:
+    """torch's ``pin_memory`` of a (nested) batch for ``device``."""
+    return _pin_memory(batch, device)
+
+
+def pin_device(pin_memory: bool, pin_memory_device: str) -> Optional[str]:
+    """The device to pin batches for, or ``None``; warns like torch's iterator does.
+
+    Example:
+        >>> pin_device(False, "") is None
+        True
+    """
+    if not pin_memory:
+        return None
+    if pin_memory_device:
+        warnings.warn("pin_memory_device is deprecated, the current accelerator will be used as the "
+                      f"device,ignore pin_memory_device='{pin_memory_device}'.", stacklevel=3)
+    if not torch.accelerator.is_available():
+        warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then device "
+                      "pinned memory won't be used.", stacklevel=3)
+        return None
+    acc = torch.accelerator.current_accelerator()
+    if acc is None or acc.type == "mps":
+        return None
+    return acc.type
+
+
+# --------------------------------------------------------------------------- torch's words
+
+
+def worker_error(*, timed_out: bool, timeout: float, batch: int, worker_id: Optional[int],
+                 pid: Optional[int], exitcode: Optional[int], doing: str, detail: str) -> RuntimeError:
+    """torch's message for a timeout or a dead worker (code matches on it), then seqloader's details.
+
+    Example:
+        >>> str(worker_error(timed_out=True, timeout=5, batch=3, worker_id=1, pid=42, exitcode=None,
+        ...                  doing="", detail=""))
+        'DataLoader timed out after 5 seconds; seqloader: waiting for batch 3 from worker 1 (pid 42)'
+        >>> str(worker_error(timed_out=False, timeout=0, batch=3, worker_id=1, pid=42, exitcode=-9,
+        ...                  doing="while producing batch 3", detail="...")).split(". ")[0]
+        'DataLoader worker (pid 42) is killed by signal: Killed'
+    """
+    if timed_out:
+        who = f" from worker {worker_id} (pid {pid})" if pid is not None else ""
+        return RuntimeError(f"DataLoader timed out after {timeout} seconds; seqloader: waiting for "
+                            f"batch {batch}{who}")
+    if exitcode is not None and exitcode < 0:
+        name = signal.strsignal(-exitcode) or f"signal {-exitcode}"
+        head = f"DataLoader worker (pid {pid}) is killed by signal: {name}. "
+    else:
+        head = f"DataLoader worker (pid(s) {pid}) exited unexpectedly. "
+    return RuntimeError(f"{head}seqloader: worker {worker_id} (pid {pid}) died {doing} ({detail})")
+
+
+def open_files_error(exc: OSError) -> RuntimeError:
+    """torch's advice for running out of file descriptors (code matches on it), made true for
+    seqloader's slots.
+
+    Example:
+        >>> "ulimit -n" in str(open_files_error(OSError(24, "Too many open files")))
+        True
+    """
+    return RuntimeError(
+        "Too many open files: every batch still referenced holds a shared-memory slot (one file "
+        "descriptor in the reading process and one in its worker). Please increase the limit "
+        "using `ulimit -n` in the shell, or keep copies (`batch.clone()`) instead of the batches; "
+        "torch's `torch.multiprocessing.set_sharing_strategy('file_system')` does not apply to "
+        f"seqloader's slots ({exc})")
