@@ -180,9 +180,10 @@ class StatefulDistributedSampler(torch.utils.data.distributed.DistributedSampler
                              "'yielded'); pass a dict from StatefulDistributedSampler.state_dict()")
         n = check_nonnegative_int(stage, "'yielded'", state_dict[self._YIELDED])
         if n > self.num_samples:
+            size = len(self.dataset)  # type: ignore[arg-type]  # a DistributedSampler's dataset is sized
             raise ValueError(
                 f"{stage}: 'yielded' is {n} in the state_dict but this sampler yields "
-                f"{self.num_samples} indices per epoch (len(dataset)={len(self.dataset)}, "
+                f"{self.num_samples} indices per epoch (len(dataset)={size}, "
                 f"num_replicas={self.num_replicas}, drop_last={self.drop_last}); this state was "
                 "saved for a different dataset or number of replicas")
         self.next_yielded = n

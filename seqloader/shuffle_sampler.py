@@ -55,6 +55,14 @@ class SeekableSampler(torch.utils.data.Sampler):
     def bind(self, num_workers: int, batch_size: Optional[int]) -> None:
         """Called by ``seqloader.DataLoader`` when built with this sampler (default: nothing)."""
 
+    def state_dict(self) -> dict:  # pragma: no cover - abstract
+        """The sampler's state (its seed, ...); the loader keeps the epoch."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict) -> None:  # pragma: no cover - abstract
+        """Restore what :meth:`state_dict` saved."""
+        raise NotImplementedError
+
 
 class BijectiveShuffleSampler(SeekableSampler):
     """A shuffling sampler in O(1) memory: a keyed bijection of ``[0, n)`` per epoch.
@@ -148,7 +156,7 @@ class BlockShuffleSampler(SeekableSampler):
             if not callable(getattr(data_source, "blocks", None)):
                 raise TypeError(f"{op}: blocks= is required when data_source has no blocks() method "
                                 f"(got {type(data_source).__name__})")
-            blocks = data_source.blocks()
+            blocks = data_source.blocks()  # type: ignore[attr-defined]  # checked just above
         self.block_ends = check_block_ends(op, blocks)
         n = int(self.block_ends[-1]) if len(self.block_ends) else 0
         if n != len(data_source):

@@ -1,7 +1,7 @@
 """Shared fixtures: hypothesis profiles and the leak check every multiprocessing test runs under.
 
 Every test gets a timeout from ``setup.cfg`` (pytest-timeout). Tests marked ``mp`` (and every test
-in ``tests/prefetch``, ``tests/loader`` and ``tests/integrations``) also run under ``no_leaks``:
+in ``tests/prefetcher``, ``tests/loader`` and ``tests/integrations``) also run under ``no_leaks``:
 it fails the test if a child process or a ``/dev/shm`` segment with seqloader's prefix outlives it.
 """
 
@@ -23,7 +23,7 @@ settings.register_profile("ci", derandomize=True, deadline=None, max_examples=60
 settings.register_profile("dev", deadline=None, max_examples=100)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
-_MP_DIRS = ("prefetch", "loader", "integrations")
+_MP_DIRS = ("prefetcher", "loader", "integrations")
 
 
 def _shm_segments() -> set[str]:

@@ -14,12 +14,12 @@ CI (that is what made two Ctrl-C tests of the prefetcher fail under load, and ne
 Each run is ``python -m pytest -p no:cacheprovider --junitxml=<file> [pytest args]`` in the
 repository's root (the README's command after its ``pip install``, which the caller has already
 run); the per-test outcomes come from the JUnit XML files. Arguments after ``--`` go to pytest, so
-``python -m tools.stress --runs 5 -- tests/prefetch`` stresses one directory.
+``python -m tools.stress --runs 5 -- tests/prefetcher`` stresses one directory.
 
 Example (in a checkout, with the test extra installed)::
 
     python -m tools.stress                      # 3 runs of the whole suite, 2 hogs on 2 cores
-    python -m tools.stress --runs 10 --jobs 2 -- tests/prefetch/test_faults.py
+    python -m tools.stress --runs 10 --jobs 2 -- tests/prefetcher/test_faults.py
 """
 
 from __future__ import annotations

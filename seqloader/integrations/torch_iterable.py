@@ -121,7 +121,8 @@ def as_iterable_dataset(seq: Sequence, *, rank: Optional[int] = None,
         A :class:`SequenceIterableDataset`; its ``len`` is the number of items of this rank,
         ``len(range(rank, len(seq), world_size))``. Rank and world size are read once, here. It
         has ``state_dict``/``load_state_dict`` (a seek into each worker's stream), so
-        :class:`seqloader.DataLoader` resumes it exactly with the same ``num_workers``.
+        :class:`seqloader.DataLoader` resumes it exactly with the same number of worker streams
+        (``max(1, num_workers)``).
 
     Raises:
         TypeError: ``seq`` has no ``__len__``/``__getitem__``, or ``rank``/``world_size`` is not an

@@ -90,6 +90,7 @@ class CustomOrder:
         before = None
         if stateful is not None and not self._counts_positions:
             before = copy.deepcopy(stateful.state_dict())
+        items: Any
         with sampler_globals(seed, epoch, derivation):
             if self.batch_sampler is not None:
                 items = materialise_batches(self.batch_sampler)

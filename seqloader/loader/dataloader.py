@@ -20,7 +20,7 @@ import copy
 import functools
 import os
 import weakref
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, TypeVar, cast
 
 import torch
 import torch.utils.data
@@ -75,7 +75,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             yielded past it, so a resume yields each remaining batch once. An
             ``IterableDataset`` is read as one stream per worker, round-robin like torch, on
             seqloader's workers (kept across epochs with ``persistent_workers``); it resumes
-            from each stream's state, with the same ``num_workers`` only.
+            from each stream's state, with the same number of streams (``max(1, num_workers)``) only.
         snapshot_every_n_steps: accepted for torchdata compatibility and kept as an attribute;
             it changes nothing, since every ``state_dict()`` is exact at no per-step cost.
         seed: an int in ``[0, 2**64)``; ``None`` draws one from ``generator`` (torch's default
@@ -146,7 +146,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             default = forwarding_sampler(self.sampler, self)
             object.__setattr__(self, "sampler", default)
             if self.batch_sampler is not None:  # batch_size=None has none
-                self.batch_sampler.sampler = default
+                self.batch_sampler.sampler = default  # type: ignore[attr-defined]  # torch's BatchSampler
         weakref.finalize(self, self._workers.close)
 
     # -- what is read --------------------------------------------------------------------------
@@ -163,7 +163,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
     def _recipe(self) -> Recipe:
         """What the epochs read, from the loader's current attributes (see ``loader/recipe.py``)."""
         seekable = self._user_sampler if isinstance(self._user_sampler, SeekableSampler) else None
-        return Recipe(dataset=self.dataset, dataset_len=len(self.dataset), batch_size=self.batch_size,
+        dataset: Any = self.dataset  # map-style here: sized
+        return Recipe(dataset=dataset, dataset_len=len(dataset), batch_size=self.batch_size,
                       drop_last=self.drop_last, collate_fn=self.collate_fn, shuffle=bool(self.shuffle),
                       seed=self.seed, derivation=self._derivation, sampler=seekable, custom=self._custom)
 
@@ -327,8 +328,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                                                               progress.started)
         elif isinstance(self._user_sampler, SeekableSampler):
             sampler_state = self._user_sampler.state_dict()  # its seed; the loader keeps the epoch
-        iterable = self._is_iterable
-        dataset_state = self.dataset.state_dict() if not iterable and is_stateful(self.dataset) else None
+        iterable, dataset = self._is_iterable, cast(Any, self.dataset)
+        dataset_state = dataset.state_dict() if not iterable and is_stateful(dataset) else None
         return LoaderState(
             seed=self.seed, epoch=progress.epoch, position=progress.position, ahead=progress.ahead,
             dataset_len=len_or_none(self.dataset), batch_size=self.batch_size, drop_last=self.drop_last,
@@ -389,7 +390,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         elif saved.sampler is not None:  # a seekable sampler's seed (and geometry)
             self._user_sampler.load_state_dict(copy.deepcopy(saved.sampler))
         if saved.dataset is not None:
-            self.dataset.load_state_dict(copy.deepcopy(saved.dataset))
+            cast(Any, self.dataset).load_state_dict(copy.deepcopy(saved.dataset))
         self.seed = saved.seed
         self._derivation = saved.derivation
         self._seed_world = None

@@ -16,7 +16,7 @@ pickling or copying the loader keeps the pair together.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch.utils.data
 
@@ -26,7 +26,7 @@ __all__ = ["forwarding_sampler"]
 class _ForwardsEpoch:
     """``set_epoch`` calls the owning loader's ``set_epoch``."""
 
-    _loader: "weakref.ref[Any]"
+    _loader: Callable[[], Any]  # a weak reference to the loader (or a dead one)
 
     def set_epoch(self, epoch: int) -> None:
         """Set the owning loader's epoch (:meth:`seqloader.DataLoader.set_epoch`)."""
@@ -74,8 +74,9 @@ def forwarding_sampler(sampler: Any, loader: Any) -> Any:
         >>> s.set_epoch(2)
         loader epoch 2
     """
-    cls = {torch.utils.data.RandomSampler: LoaderRandomSampler,
-           torch.utils.data.SequentialSampler: LoaderSequentialSampler}[type(sampler)]
+    classes: dict[type, type[_ForwardsEpoch]] = {torch.utils.data.RandomSampler: LoaderRandomSampler,
+                                                 torch.utils.data.SequentialSampler: LoaderSequentialSampler}
+    cls = classes[type(sampler)]
     forwarding = cls.__new__(cls)
     forwarding.__dict__.update(sampler.__dict__)
     forwarding._loader = weakref.ref(loader)

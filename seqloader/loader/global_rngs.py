@@ -95,7 +95,7 @@ def layout() -> Optional[Layout]:
     """
     if not (isinstance(np.random.mtrand._rand, np.random.RandomState)
             and isinstance(np.random.mtrand._rand._bit_generator, np.random.MT19937)
-            and type(random._inst).__mro__[1].__name__ == "Random"):  # type: ignore[attr-defined]
+            and type(random._inst).__mro__[1].__name__ == "Random"):
         return None
     gauss, index = _numpy_gauss_offset(), _random_index_offset()
     return None if gauss is None or index is None else Layout(gauss, index)
@@ -123,9 +123,9 @@ class Snapshot:
         rs = np.random.mtrand._rand
         self._numpy = (ctypes.string_at(rs._bit_generator.ctypes.state_address, _MT_BYTES),
                        ctypes.string_at(id(rs) + where.numpy_gauss, 16))
-        inst = random._inst  # type: ignore[attr-defined]
+        inst = random._inst
         self._random = ctypes.string_at(id(inst) + where.random_index, _MT_BYTES)
-        self._gauss_next = inst.gauss_next
+        self._gauss_next = inst.gauss_next  # type: ignore[attr-defined]  # C-level attribute
 
     def restore(self) -> None:
         """Put the saved states back (a snapshot can be restored more than once)."""
@@ -138,6 +138,6 @@ class Snapshot:
         rs = np.random.mtrand._rand
         ctypes.memmove(rs._bit_generator.ctypes.state_address, self._numpy[0], _MT_BYTES)
         ctypes.memmove(id(rs) + where.numpy_gauss, self._numpy[1], 16)
-        inst = random._inst  # type: ignore[attr-defined]
+        inst = random._inst
         ctypes.memmove(id(inst) + where.random_index, self._random, _MT_BYTES)
-        inst.gauss_next = self._gauss_next
+        inst.gauss_next = self._gauss_next  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ Plans (:mod:`seqloader.loader.plans`) cut an order into batches per rank.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from seqloader.block_permutation import BlockPermutation
 from seqloader.loader.seeding import DERIVATION
 from seqloader.permutation import FeistelPermutation
 from seqloader.rng import derive_seed
+
+#: The dataset indices an order gives (ints for the built-in orders; a custom sampler's own keys).
+Indices = list[Any]
 
 __all__ = ["BijectiveOrder", "BlockOrder", "ListedOrder", "NumpyPermutationOrder", "Order", "RangeOrder",
            "builtin_order", "materialise_order"]
@@ -37,10 +40,10 @@ class Order(Protocol):
 
     n: int
 
-    def lookup(self, pos: np.ndarray) -> list:
+    def lookup(self, pos: np.ndarray) -> Indices:
         """The dataset indices at the (int64) positions ``pos``."""
 
-    def run(self, first: int, count: int, stride: int) -> list:
+    def run(self, first: int, count: int, stride: int) -> Indices:
         """The dataset indices at positions ``first, first + stride, ...`` (``count`` of them)."""
 
 
@@ -50,10 +53,10 @@ class RangeOrder:
     def __init__(self, n: int):
         self.n = n
 
-    def lookup(self, pos: np.ndarray) -> list:
-        return pos.tolist()
+    def lookup(self, pos: np.ndarray) -> Indices:
+        return cast(Indices, pos.tolist())
 
-    def run(self, first: int, count: int, stride: int) -> list:
+    def run(self, first: int, count: int, stride: int) -> Indices:
         return list(range(first, first + count * stride, stride))
 
 
@@ -61,23 +64,24 @@ class NumpyPermutationOrder:
     """``Generator(PCG64(seed)).permutation(n)``, built on first use in each process (cached)."""
 
     def __init__(self, n: int, seed: int):
-        self.n, self.seed, self._perm = n, seed, None
+        self.n, self.seed = n, seed
+        self._perm: Optional[np.ndarray] = None
 
     def _permutation(self) -> np.ndarray:
         if self._perm is None:
             self._perm = np.random.Generator(np.random.PCG64(self.seed)).permutation(self.n)
-        return self._perm
+        return cast(np.ndarray, self._perm)
 
-    def lookup(self, pos: np.ndarray) -> list:
-        return self._permutation()[pos].tolist()
+    def lookup(self, pos: np.ndarray) -> Indices:
+        return cast(Indices, self._permutation()[pos].tolist())
 
-    def run(self, first: int, count: int, stride: int) -> list:
-        return self._permutation()[first:first + count * stride:stride].tolist()
+    def run(self, first: int, count: int, stride: int) -> Indices:
+        return cast(Indices, self._permutation()[first:first + count * stride:stride].tolist())
 
-    def __getstate__(self):  # workers rebuild the permutation rather than receive n ints
+    def __getstate__(self) -> dict[str, int]:  # workers rebuild the permutation rather than receive n ints
         return {"n": self.n, "seed": self.seed}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, int]) -> None:
         self.n, self.seed, self._perm = state["n"], state["seed"], None
 
 
@@ -97,40 +101,40 @@ class BijectiveOrder:
         self.n, self.perm = n, FeistelPermutation(n, seed)
         self._chunk: Optional[tuple[int, int, np.ndarray]] = None  # (start, stride, images)
 
-    def lookup(self, pos: np.ndarray) -> list:
-        return self.perm(pos).astype(np.int64).tolist()
+    def lookup(self, pos: np.ndarray) -> Indices:
+        return cast(Indices, self.perm(pos).astype(np.int64).tolist())
 
-    def run(self, first: int, count: int, stride: int) -> list:
+    def run(self, first: int, count: int, stride: int) -> Indices:
         chunk = self._chunk
         if chunk is not None and chunk[1] == stride and first >= chunk[0] and (first - chunk[0]) % stride == 0:
             k = (first - chunk[0]) // stride
             if k + count <= len(chunk[2]):
-                return chunk[2][k:k + count].tolist()
+                return cast(Indices, chunk[2][k:k + count].tolist())
         m = max(count, min(self.CHUNK, -(-(self.n - first) // stride)))
         images = self.perm(first + stride * np.arange(m, dtype=np.int64)).astype(np.int64)
         self._chunk = (first, stride, images)
-        return images[:count].tolist()
+        return cast(Indices, images[:count].tolist())
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return {"n": self.n, "perm": self.perm, "_chunk": None}
 
 
 class ListedOrder:
     """The indices a custom sampler yielded this epoch (an int64 array when they are all ints)."""
 
-    def __init__(self, indices: list):
+    def __init__(self, indices: Indices):
         arr = np.asarray(indices) if indices else np.zeros(0, dtype=np.int64)
         self.items = arr if arr.ndim == 1 and arr.dtype.kind in "iu" else list(indices)
         self.n = len(indices)
 
-    def lookup(self, pos: np.ndarray) -> list:
+    def lookup(self, pos: np.ndarray) -> Indices:
         if isinstance(self.items, np.ndarray):
-            return self.items[pos].tolist()
+            return cast(Indices, self.items[pos].tolist())
         return [self.items[p] for p in pos.tolist()]
 
-    def run(self, first: int, count: int, stride: int) -> list:
+    def run(self, first: int, count: int, stride: int) -> Indices:
         picked = self.items[first:first + count * stride:stride]
-        return picked.tolist() if isinstance(picked, np.ndarray) else list(picked)
+        return cast(Indices, picked.tolist()) if isinstance(picked, np.ndarray) else list(picked)
 
 
 class BlockOrder:
@@ -146,11 +150,11 @@ class BlockOrder:
     def __init__(self, perm: BlockPermutation):
         self.perm, self.n = perm, perm.n
 
-    def lookup(self, pos: np.ndarray) -> list:
-        return self.perm(pos).tolist()
+    def lookup(self, pos: np.ndarray) -> Indices:
+        return cast(Indices, self.perm(pos).tolist())
 
-    def run(self, first: int, count: int, stride: int) -> list:
-        return self.perm(first + stride * np.arange(count, dtype=np.int64)).tolist()
+    def run(self, first: int, count: int, stride: int) -> Indices:
+        return cast(Indices, self.perm(first + stride * np.arange(count, dtype=np.int64)).tolist())
 
 
 def materialise_order(sampler: Any) -> ListedOrder:

@@ -85,7 +85,7 @@ class OrderPlan:
 class BatchListPlan:
     """The batches a custom ``batch_sampler`` yielded this epoch, from sample ``start`` on."""
 
-    def __init__(self, batches: list, start: int):
+    def __init__(self, batches: list[list[Any]], start: int):
         self.batches = batches
         ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
         self.ends = ends
@@ -109,13 +109,13 @@ class BatchListPlan:
         b = (int(np.searchsorted(self.ends, key, side="right")) if key else 0) - self.first
         return b if 0 <= b < len(self) and self.key(b) == key else None
 
-    def batch(self, b: int) -> tuple[int, list]:
+    def batch(self, b: int) -> tuple[int, list[Any]]:
         return self.key(b), list(self.batches[self.first + b])
 
     def end_position(self, b: int) -> int:
         return int(self.ends[self.first + b])
 
 
-def materialise_batches(batch_sampler: Any) -> list:
+def materialise_batches(batch_sampler: Any) -> list[list[Any]]:
     """The batches of one pass over ``batch_sampler``, as lists of indices."""
     return [list(b) for b in iter(batch_sampler)]

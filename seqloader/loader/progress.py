@@ -114,8 +114,9 @@ class Progress:
         self._started = False
         self._yielded = False
         if self._streams is not None:
-            carried = self._carry and self.iterable is not None
-            self.iterable = self.iterable.carried() if carried else IterableState.fresh(self._streams)
+            streams = self.iterable
+            self.iterable = (streams.carried() if self._carry and streams is not None
+                             else IterableState.fresh(self._streams))
 
     def load(self, epoch: int, position: int, iterable: Optional[IterableState] = None,
              ahead: tuple[int, ...] = ()) -> None:

@@ -22,7 +22,7 @@ which asks its loader for one object (``loader._index_sampler``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 from seqloader.errors import check_int, check_nonnegative_int
 from seqloader.loader import world
@@ -72,7 +72,7 @@ class Recipe:
     def order(self, epoch: int) -> Order:
         """The global order of ``epoch`` (not for a custom sampler, whose indices are per epoch)."""
         if self.sampler is not None:
-            return self.sampler.order(epoch)
+            return cast(Order, self.sampler.order(epoch))
         return builtin_order(self.dataset_len, self.seed, epoch, self.shuffle, self.derivation)
 
     def plan(self, epoch: int, position: int, rank: Optional[int] = None,

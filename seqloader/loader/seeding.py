@@ -29,7 +29,7 @@ __all__ = ["DERIVATION", "preserved_globals", "sampler_globals", "seed_globals",
 #: ``torch.initial_seed()`` fits a signed 64-bit int as it does under torch's loader.
 DERIVATION = 2
 
-_C_SEED = random.Random.__mro__[1].seed  # _random.Random.seed, under random.Random.seed
+_C_SEED = random.Random.__mro__[1].seed  # type: ignore[attr-defined]  # _random.Random.seed, under random.Random.seed
 
 
 def torch_seed(s: int, derivation: int = DERIVATION) -> int:
@@ -65,7 +65,7 @@ def seed_globals(seed: int, epoch: int, index: int, derivation: int = DERIVATION
     else:
         s = hash_seed(seed, "batch_globals", epoch, index)
     # random.seed(s) without its Python wrapper (the same two steps, ~1 µs less per batch)
-    _C_SEED(random._inst, s)  # type: ignore[attr-defined]
+    _C_SEED(random._inst, s)
     random._inst.gauss_next = None  # type: ignore[attr-defined]
     np.random.seed(s & 0xFFFFFFFF)
     # Same stream as torch.manual_seed(s) on the CPU, without its accelerator hooks: those cost

@@ -313,7 +313,7 @@ def check_matches(saved: LoaderState, current: LoaderState) -> None:
         raise ValueError(f"{_STAGE}: 'iterable' holds {sw} worker stream(s) but this loader has "
                          f"{cw} (num_workers={saved.saved_with.get('num_workers', '?')} when saved, "
                          f"num_workers={current.saved_with.get('num_workers', '?')} now); an "
-                         "IterableDataset resumes only with the same num_workers")
+                         "IterableDataset resumes only with the same number of streams, max(1, num_workers)")
 
 
 def check_position(saved: LoaderState) -> None:

@@ -127,6 +127,7 @@ class LoaderStats:
         if source is None or self.current is None:
             return
         now, base = source.counters(), self._base
+        assert base is not None  # set with _source by attach()
         cur = self.current
         cur.workers = [{"busy_s": w["busy_s"] - b["busy_s"], "items": w["items"] - b["items"]}
                        for w, b in zip(now["workers"], base["workers"])]
@@ -151,12 +152,13 @@ class LoaderStats:
     def start(self) -> float:
         """A ``next()`` begins: the time since the previous one returned was the loop's work."""
         now = time.perf_counter()
-        if self._returned is not None:
+        if self._returned is not None and self.current is not None:
             self.current.work_s += now - self._returned
         return now
 
     def returned(self, start: float) -> None:
         """The ``next()`` begun at ``start`` returned a batch (or raised: the batch is consumed)."""
+        assert self.current is not None, "LoaderStats.begin() first"
         self._count(self.current, start)
 
     def stopped(self) -> None:

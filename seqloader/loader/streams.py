@@ -155,7 +155,7 @@ class StreamBatches(LazySequence):
         if self._batch_size is None:
             item = next(it, _END)
             return None if item is _END else item
-        items = []
+        items: list[Any] = []
         while len(items) < self._batch_size:
             item = next(it, _END)
             if item is _END:

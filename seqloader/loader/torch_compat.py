@@ -47,7 +47,9 @@ __all__ = ["collate_in_plain_memory", "fetch", "install_worker_info", "numpy_wor
 TORCH_COLLATES = (default_collate, default_convert)
 
 _FIELDS = {f.name for f in dataclasses.fields(_worker.WorkerInfo)}
-_RNG = getattr(_worker, "_RNG", None)           # the development branch's per-worker generators
+# The development branch's process workers record their global generators in the info's ``rng``
+# (its worker loop is ``_process_worker_loop``); 2.13 defines ``_RNG`` but leaves ``rng`` unset.
+_RNG = getattr(_worker, "_RNG", None) if hasattr(_worker, "_process_worker_loop") else None
 _LOCAL = getattr(_worker, "_thread_local_worker_info", None)  # ... and its thread-local info
 
 
@@ -84,9 +86,9 @@ def install_worker_info(worker_id: int, num_workers: int, seed: int, dataset: An
     if "worker_method" in _FIELDS:
         extra["worker_method"] = "multiprocessing"
     if _RNG is not None and "rng" in _FIELDS:
-        extra["rng"] = _RNG(random_generator=random._inst,  # type: ignore[attr-defined]
+        extra["rng"] = _RNG(random_generator=random._inst,
                             torch_generator=torch.default_generator,
-                            numpy_generator=np.random.mtrand._rand)  # type: ignore[attr-defined]
+                            numpy_generator=np.random.mtrand._rand)
     info = _worker.WorkerInfo(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset, **extra)
     _worker._worker_info = info
     return info

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from seqloader.errors import check_int, check_positive_int
 from seqloader.prefetcher.checks import check_seq, check_skip
@@ -43,7 +43,9 @@ class Prefetch(LazySequence):
     thread-safe: read it from one thread. See :func:`prefetch` for the arguments.
     """
 
-    def __init__(self, seq, num_workers, prefetch_factor, ctx, worker_init_fn, timeout, shared, affinity=True):
+    def __init__(self, seq: Sequence[Any], num_workers: int, prefetch_factor: int, ctx: Any,
+                 worker_init_fn: Optional[Callable[[int], None]], timeout: float, shared: Any,
+                 affinity: bool = True):
         self._seq, self._len, self._timeout = seq, len(seq), timeout
         self._shared = shared if shared is not None else seq
         self._next_read = self._next_submit = 0  # in-order reading; -1: not reading in order

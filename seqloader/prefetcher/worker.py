@@ -147,8 +147,77 @@ def _compute(seq, job: Job, slots: WorkerSlots):
                        time.perf_counter() - start)
 
 
-def worker_main(config: WorkerConfig, jobs, results, shared: Any, seq: Any) -> None:
+class _Stopped(Exception):
+    """The worker loop ends: a :class:`Stop`, a failed reset or mapping (reported), or a dead parent."""
+
+    def __init__(self, parent_gone: bool = False):
+        super().__init__()
+        self.parent_gone = parent_gone
+
+
+class _Worker:
+    """One worker's state between messages: its sequence, its slots, the newest generation seen
+    and the messages read but not handled yet. :meth:`handle` dispatches one message."""
+
+    def __init__(self, config: WorkerConfig, jobs: Any, results: Any, shared: Any, seq: Any):
+        self.config, self.jobs, self.results, self.shared, self.seq = config, jobs, results, shared, seq
+        self.slots = WorkerSlots()
+        self.ppid = os.getppid()  # at start: a later change means the parent died
+        self.latest = config.gen
+        self.pending: collections.deque = collections.deque()
+        self.poller = select.poll()
+        self.poller.register(jobs.fileno(), select.POLLIN)
+
+    def next_message(self) -> Any:
+        """The next message to handle (waiting in bounded steps, checking the parent is alive),
+        after reading every message already in the pipe: a :class:`Stop` or a newer generation
+        among them takes effect before older jobs are computed."""
+        if not self.pending:
+            while not self.poller.poll(int(PARENT_CHECK_INTERVAL * 1000)):
+                if not _parent_alive(self.ppid, self.config.parent_pid):
+                    raise _Stopped(parent_gone=True)
+            self.pending.append(recv(self.jobs))
+        while self.poller.poll(0):
+            self.pending.append(recv(self.jobs))
+        for m in self.pending:
+            if isinstance(m, Stop):
+                raise _Stopped()
+            if isinstance(m, (Job, Retarget)) and m.gen > self.latest:
+                self.latest = m.gen
+        return self.pending.popleft()
+
+    def handle(self, msg: Any) -> None:
+        """Dispatch one message: forget slots, switch sequence, or answer a job."""
+        if isinstance(msg, Forget):
+            self.slots.forget(msg.slot_ids)
+        elif isinstance(msg, Retarget):
+            if any(isinstance(m, Retarget) for m in self.pending):
+                return  # superseded before we got to it
+            try:
+                self.seq = loads_seq(msg.blob, self.shared)
+            except Exception as exc:
+                self.fail("reset", exc)
+        elif isinstance(msg, Job):
+            try:
+                self.slots.open(msg.slot_id, msg.slot_name)
+            except OSError as exc:  # e.g. EMFILE: every slot the reader still holds is mapped here
+                self.fail("mapping shared memory", exc)
+            if msg.gen < self.latest:
+                send(self.results, Cancelled(msg.gen, msg.index, msg.slot_id))
+            else:
+                send(self.results, _compute(self.seq, msg, self.slots))
+
+    def fail(self, stage: str, exc: BaseException) -> None:
+        """Report that this worker cannot go on (:class:`WorkerFailed`), then stop."""
+        send(self.results, WorkerFailed(stage, pickle.dumps(error_report(exc))))
+        raise _Stopped()
+
+
+def worker_main(config: WorkerConfig, jobs: Any, results: Any, shared: Any, seq: Any) -> None:
     """Entry point of a worker process (see the module docstring and the shutdown NOTE).
+
+    Set-up (SIGINT ignored, one torch thread, ``worker_init_fn``), then :class:`Ready`, then one
+    message at a time until :class:`Stop`, a failure it reported, or its parent's death.
 
     Args:
         config: ids, the parent's pid and ``worker_init_fn``.
@@ -158,62 +227,25 @@ def worker_main(config: WorkerConfig, jobs, results, shared: Any, seq: Any) -> N
         seq: the initial sequence.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the reader's business
-    ppid = os.getppid()
-    slots = WorkerSlots()
-    parent_gone = False
     try:
         _set_up(config)
     except Exception as exc:
         send(results, WorkerFailed("worker_init_fn", pickle.dumps(error_report(exc))))
         return
-    latest = config.gen
-    pending: collections.deque = collections.deque()
-    poller = select.poll()
-    poller.register(jobs.fileno(), select.POLLIN)
-    check_ms = int(PARENT_CHECK_INTERVAL * 1000)
+    worker = _Worker(config, jobs, results, shared, seq)
+    parent_gone = False
     try:
         send(results, Ready(config.worker_id))
         while True:
-            if not pending:
-                while not poller.poll(check_ms):
-                    if not _parent_alive(ppid, config.parent_pid):
-                        parent_gone = True
-                        return
-                pending.append(recv(jobs))
-            while poller.poll(0):
-                pending.append(recv(jobs))
-            for m in pending:
-                if isinstance(m, Stop):
-                    return
-                if isinstance(m, (Job, Retarget)) and m.gen > latest:
-                    latest = m.gen
-            msg = pending.popleft()
-            if isinstance(msg, Forget):
-                slots.forget(msg.slot_ids)
-            elif isinstance(msg, Retarget):
-                if any(isinstance(m, Retarget) for m in pending):
-                    continue  # superseded before we got to it
-                try:
-                    seq = loads_seq(msg.blob, shared)
-                except Exception as exc:
-                    send(results, WorkerFailed("reset", pickle.dumps(error_report(exc))))
-                    return
-            elif isinstance(msg, Job):
-                try:
-                    slots.open(msg.slot_id, msg.slot_name)
-                except OSError as exc:  # e.g. EMFILE: every slot the reader still holds is mapped here
-                    send(results, WorkerFailed("mapping shared memory", pickle.dumps(error_report(exc))))
-                    return
-                if msg.gen < latest:
-                    send(results, Cancelled(msg.gen, msg.index, msg.slot_id))
-                else:
-                    send(results, _compute(seq, msg, slots))
+            worker.handle(worker.next_message())
+    except _Stopped as stop:
+        parent_gone = stop.parent_gone
     except (EOFError, BrokenPipeError, ConnectionResetError):
         parent_gone = True
     finally:
         if parent_gone:
-            _unlink_queued_slots(jobs, poller, pending)
-        slots.close(unlink=parent_gone)
+            _unlink_queued_slots(jobs, worker.poller, worker.pending)
+        worker.slots.close(unlink=parent_gone)
 
 
 def _unlink_queued_slots(jobs, poller, pending) -> None:

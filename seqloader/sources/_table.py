@@ -83,6 +83,8 @@ class TableSource(Source[Any]):
 
     _op = "table"
 
+    _schema_names: list[str]  # the columns read, set by the subclass once the files' schemas are known
+
     def _init_output(self, columns: Sequence[str] | None, transform: Callable | None, columnar: bool,
                      cache_blocks: int) -> None:
         if columns is not None and (isinstance(columns, str) or not all(isinstance(c, str) for c in columns)):

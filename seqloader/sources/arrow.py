@@ -72,8 +72,9 @@ class _ArrowIPC(TableSource):
             for c in names if self._columns is not None else list(dict.fromkeys([*names, *schema.names])):
                 i = schema.get_field_index(c)
                 if i < 0 or first.get_field_index(c) < 0:
-                    where = (infos[k].path, infos[0].path) if i < 0 else (infos[0].path, infos[k].path)
-                    raise ValueError(f"{_OP}: column {c!r} is in {where[1]} but not in {where[0]}")
+                    missing_in, present_in = ((infos[k].path, infos[0].path) if i < 0
+                                              else (infos[0].path, infos[k].path))
+                    raise ValueError(f"{_OP}: column {c!r} is in {present_in} but not in {missing_in}")
                 if not schema.field(i).type.equals(first.field(c).type):
                     raise ValueError(f"{_OP}: column {c!r} is {first.field(c).type} in {infos[0].path} but "
                                      f"{schema.field(i).type} in {infos[k].path}")

@@ -14,7 +14,7 @@ import multiprocessing
 import os
 import pickle
 import tempfile
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 
@@ -57,7 +57,7 @@ def json_round_trip(sd: dict) -> dict:
     return json.loads(json.dumps(sd))
 
 
-def run_saving_after(loader: Any, step: int) -> tuple[list, dict]:
+def run_saving_after(loader: Any, step: int) -> tuple[list, Optional[dict]]:
     """Iterate ``loader`` to the end of its epoch; return all batches and the state after batch ``step``."""
     batches, state = [], None
     for i, batch in enumerate(loader):

@@ -112,6 +112,24 @@ def test_get_worker_info_and_stateful_resume_exact_at_every_step(num_workers):
         assert_batches_equal(list(resumed), e1, f"stop {k}, next epoch")
 
 
+@pytest.mark.parametrize("saved, loaded", [(0, 1), (1, 0)])
+def test_a_state_resumes_with_the_same_number_of_streams_whatever_num_workers_says(saved, loaded):
+    # num_workers=0 and num_workers=1 both read one stream: their states are interchangeable
+    def make(num_workers):
+        return DataLoader(Sharded(), batch_size=2, num_workers=num_workers, seed=4)
+
+    ref = make(saved)
+    e0, e1 = list(ref), list(ref)
+    loader = make(saved)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    resumed = make(loaded)
+    resumed.load_state_dict(json_round_trip(loader.state_dict()))
+    assert_batches_equal(list(resumed), e0[3:], "rest of the epoch")
+    assert_batches_equal(list(resumed), e1, "next epoch")
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_an_iterator_dataset_loads_its_state_after_iter(num_workers):
     def make():

@@ -2,7 +2,7 @@
 
 Nested, sparse, subclassed and other tensors cannot be exported as one out-of-band buffer; they are
 pickled in band into the same slot (issue 9.7: nested tensors used to fail with "item 0 cannot be
-sent to the parent process"). Plain tensors still travel out of band (tests/prefetch/test_shm.py).
+sent to the parent process"). Plain tensors still travel out of band (tests/prefetcher/test_shm.py).
 """
 
 from __future__ import annotations
