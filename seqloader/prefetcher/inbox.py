@@ -154,6 +154,10 @@ class Inbox:
                            pid=None if h is None else h.pid)
 
     def fail_dead(self, h: WorkerHandle, reading: int | None) -> NoReturn:
+        """Raise for a worker that is gone: the reason it reported last, if any (a worker that
+        sent :class:`WorkerFailed` exits at once, so a send to it can fail before its report is
+        read), else :class:`WorkerDied`."""
+        self.drain(h)  # raises its WorkerFailed, if it sent one
         item = h.pending[0][1] if h.pending else None
         if item is not None:
             what = f"while producing item {item}"

@@ -173,6 +173,41 @@ def test_a_worker_killed_from_outside_while_idle_is_detected():
             list(p)
 
 
+def _explode():
+    raise ValueError("cannot be rebuilt in the worker")
+
+
+class RebuildFails:
+    """Pickles in the reader; unpickling it raises (in the worker)."""
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        return i
+
+    def __reduce__(self):
+        return _explode, ()
+
+
+def test_a_worker_that_reported_its_failure_and_exited_is_reported_by_its_error_not_as_dead():
+    # A worker reports a failure (here a reset it cannot unpickle; under `ulimit -n`, a slot it
+    # cannot map) and exits; a send to it then breaks before the reader has read the report. The
+    # reader must raise the report, not "exited unexpectedly with exit code 0". The send's
+    # BrokenPipeError lands in Inbox.fail_dead, called here directly to make the order certain.
+    with prefetch(Pid(), num_workers=1, prefetch_factor=1) as p:
+        worker = psutil.Process(p[0])
+        p.reset(RebuildFails())
+        deadline = time.monotonic() + 60  # a bound, not a timing
+        while worker.status() != psutil.STATUS_ZOMBIE:  # gone, not reaped: its parent must
+            assert time.monotonic() < deadline, "the worker never exited"
+            time.sleep(0.01)
+        inbox = p._inbox
+        with pytest.raises(ValueError, match="cannot be rebuilt in the worker") as info:
+            inbox.fail_dead(inbox.crew.handles[0], reading=0)
+    assert any("reset failed in worker 0" in n for n in info.value.__notes__)
+
+
 def test_timeout_raises_and_leaves_the_prefetch_usable():
     gate = multiprocessing.get_context("fork").Event()  # closed until the timeout was raised
     with prefetch(Blocked(gate), num_workers=1, prefetch_factor=1, timeout=0.2,
