@@ -30,6 +30,15 @@ _EXPORTS = {
     "shard": "seqloader.sequences.shard",
     "mix": "seqloader.sequences.mix",
     "block_shuffle": "seqloader.sequences.blocks",
+    "add_cache": "seqloader.sequences.cache",
+    "unbatch": "seqloader.sequences.shape",
+    "split": "seqloader.sequences.segments",
+    "cycle": "seqloader.sequences.cycle",
+    "interleave": "seqloader.sequences.select",
+    "case": "seqloader.sequences.select",
+    "switch": "seqloader.sequences.select",
+    "collate": "seqloader.sequences.tuples",
+    "starmap": "seqloader.sequences.tuples",
     "prefetch": "seqloader.prefetcher.api",
     "Prefetch": "seqloader.prefetcher.prefetch",
     "DataLoader": "seqloader.loader.dataloader",
@@ -77,11 +86,17 @@ if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-
     from seqloader.sampler import Stateful as Stateful, StatefulDistributedSampler as StatefulDistributedSampler
     from seqloader.sequences.base import LazySequence as LazySequence
     from seqloader.sequences.blocks import block_shuffle as block_shuffle
+    from seqloader.sequences.cache import add_cache as add_cache
+    from seqloader.sequences.cycle import cycle as cycle
     from seqloader.sequences.mapping import rng_map as rng_map, smap as smap
     from seqloader.sequences.mix import mix as mix
     from seqloader.sequences.reorder import concatenate as concatenate, gather as gather, repeat as repeat, shuffle as shuffle
+    from seqloader.sequences.segments import split as split
+    from seqloader.sequences.select import case as case, interleave as interleave, switch as switch
     from seqloader.sequences.shape import batch as batch
+    from seqloader.sequences.shape import unbatch as unbatch
     from seqloader.sequences.shard import shard as shard
+    from seqloader.sequences.tuples import collate as collate, starmap as starmap
     from seqloader.sources.arrow import arrow_ipc as arrow_ipc
     from seqloader.sources.fingerprint import check_same_files as check_same_files, describe_files as describe_files
     from seqloader.sources.folder import image_folder as image_folder

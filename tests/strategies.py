@@ -4,7 +4,9 @@
 ``shuffle``, ``concatenate``, ``repeat``, ``batch``, ``shard``, slices); each op is applied both to
 the lazy sequence and, as a list comprehension, to a plain Python list (the oracle).
 ``check_against_oracle`` then compares length, every index, out-of-range errors, slices of
-slices, iteration and pickle round trips.
+slices, iteration and pickle round trips. ``SEQTOOLS_OPS`` are the ops ported from seqtools
+(``cycle``, ``interleave``, ``case``, ``switch``, ``collate``, ``starmap``, ``add_cache``,
+``unbatch``, ``batch(pad=)``, ``split``); ``ALL_OPS`` draws from both.
 
 The functions given to ``smap``/``rng_map``/``batch`` are module-level so that pipelines pickle.
 """
@@ -47,6 +49,16 @@ def collate_tuple(items):
     return tuple(items)
 
 
+#: The value ``batch(pad=)`` fills short batches with in the pipelines (not an int, unlike the data).
+PAD = "pad"
+
+
+def interleave_oracle(*lists: list) -> list:
+    """Round ``j`` takes item ``j`` of every list that has one, in argument order."""
+    longest = max((len(x) for x in lists), default=0)
+    return [x[j] for j in range(longest) for x in lists if j < len(x)]
+
+
 # -- oracles ---------------------------------------------------------------------------------------
 
 def shard_oracle(items: list, rank: int, world_size: int, drop_remainder: bool) -> list:
@@ -86,6 +98,9 @@ slices = st.builds(
 seeds = st.integers(0, 2**64 - 1)
 
 OPS = ("smap", "smap2", "rng_map", "gather", "shuffle", "concatenate", "repeat", "batch", "shard", "slice")
+SEQTOOLS_OPS = ("cycle", "interleave", "case", "switch", "collate", "starmap", "add_cache", "unbatch",
+                "batch_pad", "split")
+ALL_OPS = OPS + SEQTOOLS_OPS
 
 
 @st.composite
@@ -102,8 +117,10 @@ def pipelines(draw, max_depth: int = 4, base_max: int = 20, ops: Sequence[str] =
 def apply_op(draw, p: Pipeline, op: str) -> Pipeline:
     seq, o = p.seq, p.oracle
     n = len(o)
-    if op in ("concatenate", "repeat") and n > MAX_LEN // 3 or op == "smap2" and n > MAX_LEN:
+    if op in ("concatenate", "repeat", "cycle", "interleave") and n > MAX_LEN // 3 or op == "smap2" and n > MAX_LEN:
         op = "slice"
+    if op in SEQTOOLS_OPS:
+        return apply_seqtools_op(draw, p, op)
     if op == "smap":
         return Pipeline(sl.smap(tag, seq), [tag(x) for x in o], p.ops + ["smap"])
     if op == "smap2":
@@ -147,6 +164,64 @@ def apply_op(draw, p: Pipeline, op: str) -> Pipeline:
         s = draw(slices)
         return Pipeline(seq[s], o[s], p.ops + [f"[{s.start}:{s.stop}:{s.step}]"])
     raise AssertionError(op)  # pragma: no cover - a typo in OPS
+
+
+def apply_seqtools_op(draw, p: Pipeline, op: str) -> Pipeline:
+    seq, o = p.seq, p.oracle
+    n = len(o)
+    if op == "cycle":
+        limit = draw(st.integers(0, 3 * n)) if n else 0
+        return Pipeline(sl.cycle(seq, limit), [o[i % n] for i in range(limit)], p.ops + [f"cycle({limit})"])
+    if op == "interleave":
+        extras = draw(st.lists(st.lists(st.integers(-100, 100), max_size=8), max_size=2))
+        first = draw(st.booleans())
+        parts, lists = ([seq, *extras], [o, *extras]) if first else ([*extras, seq], [*extras, o])
+        return Pipeline(sl.interleave(*parts), interleave_oracle(*lists),
+                        p.ops + [f"interleave({[len(x) for x in lists]})"])
+    if op == "case":
+        selector = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+        choices = [o, [tag(x) for x in o], o[::-1]]
+        return Pipeline(sl.case(selector, seq, sl.smap(tag, seq), seq[::-1]),
+                        [choices[k][i] for i, k in enumerate(selector)], p.ops + [f"case({selector})"])
+    if op == "switch":
+        cond = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+        return Pipeline(sl.switch(cond, seq, seq[::-1]), [a if c else b for c, a, b in zip(cond, o, o[::-1])],
+                        p.ops + ["switch"])
+    if op == "collate":
+        return Pipeline(sl.collate([seq, seq[::-1]]), list(zip(o, o[::-1])), p.ops + ["collate"])
+    if op == "starmap":
+        return Pipeline(sl.starmap(pair, sl.collate([seq, seq[::-1]])), [pair(a, b) for a, b in zip(o, o[::-1])],
+                        p.ops + ["starmap"])
+    if op == "add_cache":
+        size = draw(st.integers(1, 3))
+        return Pipeline(sl.add_cache(seq, size), list(o), p.ops + [f"add_cache({size})"])
+    if op == "unbatch":
+        k = draw(st.integers(1, 5))
+        collate = draw(st.sampled_from([None, collate_tuple]))
+        return Pipeline(sl.unbatch(sl.batch(seq, k, collate_fn=collate), k, n % k), list(o),
+                        p.ops + [f"unbatch({k}, {collate and 'tuple'})"])
+    if op == "batch_pad":
+        k = draw(st.integers(1, 5))
+        chunks = [o[i:i + k] for i in range(0, n, k)]
+        return Pipeline(sl.batch(seq, k, pad=PAD), [c + [PAD] * (k - len(c)) for c in chunks],
+                        p.ops + [f"batch({k}, pad)"])
+    if op == "split":
+        form = draw(st.sampled_from(["cuts", "boundaries", "pairs"]))
+        if form == "cuts":
+            divisors = [d for d in range(1, n + 1) if n % d == 0] or [1, 2]
+            edges = draw(st.sampled_from(divisors)) - 1
+            step = n // (edges + 1)
+            bounds = [(i * step, i * step + step) for i in range(edges + 1)]
+        elif form == "boundaries":
+            edges = sorted(draw(st.lists(st.integers(0, n), min_size=1, max_size=5)))
+            cuts = [0, *edges, n]
+            bounds = list(zip(cuts[:-1], cuts[1:]))
+        else:
+            starts = draw(st.lists(st.integers(0, n), min_size=1, max_size=5))
+            bounds = edges = [(a, draw(st.integers(a, n))) for a in starts]
+        return Pipeline(sl.smap(tuple, sl.split(seq, edges)), [tuple(o[a:b]) for a, b in bounds],
+                        p.ops + [f"split({edges})"])
+    raise AssertionError(op)  # pragma: no cover - a typo in SEQTOOLS_OPS
 
 
 # -- checks ------------------------------------------------------------------------------------------
