@@ -45,6 +45,7 @@ _EXPORTS = {
     "StatefulDataLoader": "seqloader.loader.dataloader",
     "BijectiveShuffleSampler": "seqloader.shuffle_sampler",
     "BlockShuffleSampler": "seqloader.shuffle_sampler",
+    "WeightedSampler": "seqloader.weighted_sampler",
     "StatefulDistributedSampler": "seqloader.sampler",
     "Stateful": "seqloader.sampler",
     "as_iterable_dataset": "seqloader.integrations.torch_iterable",
@@ -81,6 +82,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-
     from seqloader.integrations.torch_iterable import as_iterable_dataset as as_iterable_dataset
     from seqloader.loader.dataloader import DataLoader as DataLoader, StatefulDataLoader as StatefulDataLoader
     from seqloader.shuffle_sampler import BijectiveShuffleSampler as BijectiveShuffleSampler, BlockShuffleSampler as BlockShuffleSampler
+    from seqloader.weighted_sampler import WeightedSampler as WeightedSampler
     from seqloader.prefetcher.api import prefetch as prefetch
     from seqloader.prefetcher.prefetch import Prefetch as Prefetch
     from seqloader.sampler import Stateful as Stateful, StatefulDistributedSampler as StatefulDistributedSampler

@@ -36,6 +36,7 @@ LAYERS = [
     ("seqloader.loader", 3),
     ("seqloader.sampler", 3),
     ("seqloader.shuffle_sampler", 3),
+    ("seqloader.weighted_sampler", 3),
     ("seqloader.integrations", 4),
     ("seqloader.testing", 4),
     ("seqloader.demo", 4),

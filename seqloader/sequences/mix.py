@@ -26,6 +26,7 @@ from seqloader.permutation import MAX_N, FeistelPermutation
 from seqloader.rng import check_seed, derive_seed
 from seqloader.sequences._util import check_sequence, read
 from seqloader.sequences.base import LazySequence
+from seqloader.sequences.mix_schedule import MixSchedule
 
 __all__ = ["mix", "MAX_BLOCK"]
 
@@ -218,6 +219,15 @@ class _Mix(LazySequence[Any]):
     def _item(self, i: int) -> Any:
         k, j = self._source_of_one(i)
         return read(self._seqs[k], j)
+
+    def with_weights(self, weights: Sequence[float], *, at: int) -> MixSchedule:
+        """This mixture up to position ``at``, then mixed with ``weights`` (zeros allowed):
+        see :meth:`MixSchedule.with_weights <seqloader.sequences.mix_schedule.MixSchedule.with_weights>`."""
+        return MixSchedule.of(self).with_weights(weights, at=at)
+
+    def with_changes(self, changes: Any) -> MixSchedule:
+        """This mixture with ``changes`` (``[[position, weights], ...]``) applied in order."""
+        return MixSchedule.of(self).with_changes(changes)
 
     def __repr__(self) -> str:
         counts = self._counts.tolist()
