@@ -20,7 +20,7 @@ import copy
 import functools
 import os
 import weakref
-from typing import Any, Optional, TypeVar, cast
+from typing import Any, Iterable, Optional, Sequence, TypeVar, cast
 
 import torch
 import torch.utils.data
@@ -36,10 +36,13 @@ from seqloader.loader.iterator import Opened, read_window
 from seqloader.loader.opening import epoch_batches, open_map_epoch, open_stream_epoch
 from seqloader.loader.progress import Progress
 from seqloader.loader.recipe import Recipe
+from seqloader.loader.recipe_control import RecipeControl
+from seqloader.loader.verbs import LoaderVerbs
 from seqloader.loader.seeding import DERIVATION
-from seqloader.loader.state import (LoaderState, check_ahead, check_matches, check_position, is_stateful,
-                                    len_or_none)
+from seqloader.loader.state import LoaderState, is_stateful
+from seqloader.loader.state_checks import check_ahead, check_matches, check_position, len_or_none
 from seqloader.loader.stats import LoaderStats
+from seqloader.loader.steps import schedule_of
 from seqloader.loader.torch_compat import pin_device
 from seqloader.loader.workers import Workers
 from seqloader.rng import check_seed
@@ -50,7 +53,7 @@ __all__ = ["DataLoader", "StatefulDataLoader"]
 T_co = TypeVar("T_co", covariant=True)
 
 
-class DataLoader(torch.utils.data.DataLoader[T_co]):
+class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
     """A drop-in ``torch.utils.data.DataLoader`` whose ``state_dict`` resumes exactly, by seeking.
 
     Takes torch's arguments (validated by torch, stored as attributes of the same names) and
@@ -80,6 +83,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             it changes nothing, since every ``state_dict()`` is exact at no per-step cost.
         seed: an int in ``[0, 2**64)``; ``None`` draws one from ``generator`` (torch's default
             generator if ``None``), so ``torch.manual_seed`` before construction reproduces runs.
+        batch_size_schedule: ``[(step, batch_size), ...]``: from each global step on, batches of
+            that size (a ramp-up; ``batch_size`` before the first); resumable anywhere.
 
     Raises:
         ValueError, TypeError: as torch for bad argument combinations; a bad ``seed``.
@@ -103,13 +108,15 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
                  pin_memory_device: str = "", in_order: bool = True,
-                 snapshot_every_n_steps: Optional[int] = 1, seed: Optional[int] = None):
+                 snapshot_every_n_steps: Optional[int] = 1, seed: Optional[int] = None,
+                 batch_size_schedule: Optional[Sequence[Any]] = None):
         # seqloader's own attributes come first: Lightning records what is set after torch's
         # __init__ and replays it on the loader it rebuilds (with its DistributedSampler).
         self.shuffle = shuffle
         # torchdata's knob: how often its workers snapshot their state. Every state_dict() here is
         # exact at no per-step cost, so it changes nothing; kept for drop-in compatibility.
         self.snapshot_every_n_steps = snapshot_every_n_steps
+        self.batch_size_schedule = batch_size_schedule
         self.seed = world.draw_seed(generator) if seed is None else check_seed("DataLoader", seed)
         # A seed is shared by all ranks when given, loaded, or drawn under an initialised world
         # (draw_seed broadcasts rank 0's). One drawn per process cannot shard a global order.
@@ -121,7 +128,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         if isinstance(sampler, SeekableSampler):
             sampler.bind(num_workers, batch_size)
         self._derivation = DERIVATION  # a loaded state brings its own (see loader/seeding.py)
-        iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+        self._batch_sizes = schedule_of(batch_size, batch_size_schedule, batch_sampler=batch_sampler,
+                                        iterable=isinstance(dataset, torch.utils.data.IterableDataset))
+        iterable = self._iterable = isinstance(dataset, torch.utils.data.IterableDataset)
         self._progress = (Progress(max(1, num_workers), carry=persistent_workers or num_workers == 0)
                           if iterable else Progress())
         self._workers = Workers()  # persistent workers (kept across epochs); others live in iterators
@@ -130,6 +139,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self._epochs = EpochControl(self._progress, iterable, owner,
                                     None if self._custom is None else self._custom.forget, self._used_up)
         self._stats = LoaderStats()
+        self._control = RecipeControl(self._progress)
+        self._files_state: Optional[dict] = None
         # Every argument by keyword: frameworks (Lightning) patch DataLoader.__init__ and map
         # positional arguments by their own signature.
         super().__init__(dataset=dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
@@ -153,7 +164,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
 
     @property
     def _is_iterable(self) -> bool:
-        return isinstance(self.dataset, torch.utils.data.IterableDataset)
+        # set at construction: torch forbids assigning .dataset later, and an isinstance check
+        # against torch's ABC costs ~0.5 ms whenever an ABC registration has reset its cache
+        return self._iterable
 
     @property
     def _builtin_order(self) -> bool:
@@ -166,39 +179,17 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         dataset: Any = self.dataset  # map-style here: sized
         return Recipe(dataset=dataset, dataset_len=len(dataset), batch_size=self.batch_size,
                       drop_last=self.drop_last, collate_fn=self.collate_fn, shuffle=bool(self.shuffle),
-                      seed=self.seed, derivation=self._derivation, sampler=seekable, custom=self._custom)
+                      seed=self.seed, derivation=self._derivation, sampler=seekable, custom=self._custom,
+                      batch_sizes=self._batch_sizes, changes=self._control.changes)
 
     def __len__(self) -> int:
         if self._is_iterable or not self._builtin_order:
             return super().__len__()
-        return self._recipe().batches_per_epoch()
-
-    def indices_at(self, epoch: int, step: int, rank: Optional[int] = None,
-                   world_size: Optional[int] = None) -> Any:
-        """The dataset indices of batch ``step`` of ``epoch`` on ``rank``, computed without iterating.
-
-        Works for map-style datasets: a pure function of ``(seed, epoch, step)`` and the loader's
-        arguments (a custom ``sampler``/``batch_sampler`` is read for that epoch). ``rank`` and
-        ``world_size`` default to ``torch.distributed``'s.
-
-        Raises:
-            TypeError: an iterable dataset (its streams decide their items).
-            IndexError: ``step`` is not a batch of that epoch on that rank.
-
-        Example:
-            >>> loader = DataLoader(range(10), batch_size=4, shuffle=True, seed=0)
-            >>> loader.indices_at(0, 0) == next(iter(loader)).tolist()
-            True
-            >>> sorted(sum((loader.indices_at(1, s) for s in range(3)), [])) == list(range(10))
-            True
-            >>> loader.indices_at(0, 3)
-            Traceback (most recent call last):
-            IndexError: DataLoader.indices_at: step 3 out of range [0, 3) of epoch 0 (rank 0 of 1)
-        """
-        if self._is_iterable:
-            raise TypeError("DataLoader.indices_at: an IterableDataset's streams decide their items; "
-                            "indices exist for map-style datasets only")
-        return self._recipe().indices_at(epoch, step, rank, world_size)
+        progress, sizes = self._progress, self._batch_sizes
+        first = progress.step  # the epoch's first step (a batch-size schedule reads it)
+        if sizes is not None and progress.position:
+            first -= sizes.steps_before(progress.step, progress.position // world.current_world()[1])
+        return self._recipe().batches_per_epoch(first_step=first)
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -224,59 +215,31 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                            reopen=functools.partial(self._reopen, watch), owner=self)
 
     def _open_epoch(self) -> Opened:
+        self._control.resolve(self._recipe())
         return open_map_epoch(self, self._recipe(), self._progress, self._workers, self._stats)
 
-    def _reopen(self, watch: Watch, current: Opened, used_up: bool) -> Optional[Opened]:
-        """An iterator's first ``next()``: the epoch to read instead of ``current`` if a ``set_epoch``
-        since ``iter()`` changed it (``watch``: the sampler whose ``set_epoch`` the loader follows)."""
+    def _reopen(self, watch: Watch, current: Opened, used_up: bool, settle: bool) -> Optional[Opened]:
+        """The epoch to read instead of ``current``: at an iterator's first ``next()`` if a ``set_epoch``
+        since ``iter()`` changed it (``settle``; ``watch``: the sampler the loader follows), or after a
+        recipe change (the same workers read on from the frontier)."""
         progress = self._progress
-        stale = self._epochs.settle(watch, used_up)
-        if not stale and (progress.epoch, progress.position, progress.ahead) == (
-                current.epoch, current.start, current.ahead):
+        stale = self._epochs.settle(watch, used_up) if settle else False
+        if not stale and (progress.epoch, progress.position, progress.ahead, progress.recipe_changes) == (
+                current.epoch, current.start, current.ahead, current.recipe_changes):
             return None
-        if current.owned:  # its workers go before new ones start
-            self._stats.refresh()
-            current.source.close()
-        opened = self._open_epoch()
+        reuse = None
+        if current.owned and not current.source.closed:
+            if current.epoch == progress.epoch and not stale:
+                reuse = current.source
+            else:  # its workers (seeded for its epoch) go before new ones start
+                self._stats.refresh()
+                current.source.close()
+        self._control.resolve(self._recipe())
+        opened = open_map_epoch(self, self._recipe(), progress, self._workers, self._stats, reuse)
         self._stats.reading(progress.epoch)
         return opened
 
     # -- epochs --------------------------------------------------------------------------------
-
-    def set_epoch(self, epoch: int) -> None:
-        """Say which epoch the loader reads, as ``DistributedSampler.set_epoch`` does for a sampler.
-
-        The loader counts epochs itself (every ``iter()`` is a new epoch), so a loop needs no
-        ``set_epoch``; frameworks call it (the transformers ``Trainer`` on the loader, Lightning on
-        ``loader.sampler``, which forwards here), and it is what makes a resume from an epoch's end
-        read the next epoch's order. The epoch moves to ``epoch``'s start at once when no batch of
-        the current epoch was read yet, or none is left: an iterator that has not yielded a batch
-        reads ``epoch`` from its first ``next()``. Mid-epoch it applies from the next ``iter()``
-        (the running epoch, and a resumed one, are read to their end as they began). A sampler
-        of yours with ``set_epoch`` (a ``DistributedSampler``) is told too, as accelerate's
-        loaders do.
-
-        Args:
-            epoch: a non-negative int.
-
-        Raises:
-            ValueError: ``epoch`` is negative or not an int.
-
-        Example:
-            >>> loader = DataLoader(range(6), batch_size=3, shuffle=True, seed=0)
-            >>> it = iter(loader); loader.set_epoch(4)    # before the first batch: epoch 4 now
-            >>> first = next(it); loader.state_dict()["epoch"]
-            4
-            >>> loader.set_epoch(7); second = next(it)     # mid-epoch: from the next iter()
-            >>> loader.state_dict()["epoch"]
-            4
-            >>> _ = iter(loader); loader.state_dict()["epoch"]
-            7
-            >>> loader.set_epoch(-1)
-            Traceback (most recent call last):
-            ValueError: DataLoader.set_epoch: epoch must be a non-negative int (got -1)
-        """
-        self._epochs.set_epoch(check_nonnegative_int("DataLoader.set_epoch", "epoch", epoch))
 
     def _used_up(self) -> bool:
         seq, skip = epoch_batches(self._recipe(), self._progress)
@@ -286,13 +249,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         """Where the time goes, for the current and the last epoch: is the loop waiting for data?
 
         Returns:
-            ``{"current": {...} or None, "last": {...} or None, "resumes": int, "hint": str or
-            None}``. Each epoch entry has ``epoch``, ``batches``, ``wait_s`` (time inside
-            ``next()``), ``work_s`` (time between ``next()`` calls), ``input_bound`` (their
-            ratio: the fraction of wall time spent waiting), ``batches_per_s``, and, with
-            workers, ``workers`` (per worker ``busy_s`` and ``items``), ``ready_mean`` (batches
-            already computed when one was read) and ``shm_bytes``. ``hint`` suggests more
-            workers only when the loop is input-bound and every worker is busy.
+            ``{"current", "last", "resumes", "hint"}``; see :meth:`LoaderStats.report
+            <seqloader.loader.stats.LoaderStats.report>` for the keys of an epoch's entry.
 
         Example:
             >>> loader = DataLoader(range(8), batch_size=4, seed=0)
@@ -332,12 +290,21 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         dataset_state = dataset.state_dict() if not iterable and is_stateful(dataset) else None
         return LoaderState(
             seed=self.seed, epoch=progress.epoch, position=progress.position, ahead=progress.ahead,
+            step=progress.step, recipe=self._control.changes.to_state(), files=self._files(),
             dataset_len=len_or_none(self.dataset), batch_size=self.batch_size, drop_last=self.drop_last,
             shuffle=bool(self.shuffle) and not iterable, derivation=self._derivation,
             sampler_len=None if iterable or self._custom is None else len_or_none(self._custom),
             sampler_epoch=sampler_epoch, sampler=sampler_state, dataset=dataset_state,
             iterable=None if progress.iterable is None else progress.iterable.copy(),
             saved_with={"num_workers": self.num_workers, "world_size": size})
+
+    def _files(self) -> Optional[dict]:
+        """The fingerprint of a source's file list (computed once: a source's files do not change)."""
+        if self._files_state is None and callable(getattr(self.dataset, "files", None)):
+            from seqloader.sources.fingerprint import describe_files  # only for sources
+
+            self._files_state = describe_files(self.dataset)
+        return self._files_state
 
     def state_dict(self) -> dict:
         """The resume state: valid before ``iter``, mid-epoch and at the end of an epoch.
@@ -365,24 +332,31 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         Raises:
             TypeError: ``state_dict`` is not a dict.
             ValueError: unknown format or newer version, a malformed value, or a state saved for
-                a different dataset, batch size, ``drop_last``, ``shuffle``, sampler kind or (for
-                an ``IterableDataset``) a different ``num_workers``; the message names the key,
-                the saved and the current value.
+                a different dataset, file list, ``drop_last``, ``shuffle``, sampler kind, (for a
+                custom ``batch_sampler`` or an ``IterableDataset``) batch size, or (for an
+                ``IterableDataset``) number of streams; the message names the key, the saved and
+                the current value. Another ``batch_size`` or world size resumes from the first
+                unread sample (the state counts samples).
 
         Example:
             >>> loader = DataLoader(range(6), batch_size=2, seed=0)
             >>> sd = loader.state_dict(); loader.load_state_dict(sd)
-            >>> loader.load_state_dict({**sd, "batch_size": 3})
+            >>> loader.load_state_dict({**sd, "drop_last": True})
             Traceback (most recent call last):
-            ValueError: load_state_dict: 'batch_size' is 3 in the state_dict but this loader has batch_size=2; build the loader with the arguments it was saved with
+            ValueError: load_state_dict: 'drop_last' is True in the state_dict but this loader has drop_last=False; build the loader with the arguments it was saved with
         """
         saved = LoaderState.from_dict(state_dict)
-        check_matches(saved, self._state())
+        check_matches(saved, self._state(), not self._is_iterable and self._user_batch_sampler is None)
         check_ahead(saved, world.current_world()[1])
+        changes = self._control.checked(saved.recipe, self.dataset)
+        if saved.files is not None:
+            from seqloader.sources.fingerprint import check_same_files  # only for sources
+
+            check_same_files(saved.files, self.dataset)
         if self._custom is not None:
             self._custom.check(saved)
         elif not self._is_iterable:
-            check_position(saved)
+            check_position(saved, len(self._recipe().replace(changes=changes).dataset_for(saved.epoch)))
         # validated: mutate
         self._workers.close()
         if self._custom is not None:
@@ -394,8 +368,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self.seed = saved.seed
         self._derivation = saved.derivation
         self._seed_world = None
+        self._control.load(changes)
         self._progress.load(saved.epoch, saved.position,
-                            None if saved.iterable is None else saved.iterable.copy(), saved.ahead)
+                            None if saved.iterable is None else saved.iterable.copy(), saved.ahead, saved.step)
 
 
 #: torchdata's name for the same thing.

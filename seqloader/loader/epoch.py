@@ -16,10 +16,10 @@ from seqloader.loader.stats import LoaderStats
 
 __all__ = ["MapIterator", "Reopen"]
 
-#: The loader's answer at an iterator's first ``next()``: the epoch to read instead of ``current``
-#: if a ``set_epoch`` since ``iter()`` changed it (``used_up``: nothing of ``current`` is left),
-#: else ``None``.
-Reopen = Callable[[Opened, bool], Optional[Opened]]
+#: The loader's answer at an iterator's first ``next()`` (``settle``: follow a ``set_epoch`` since
+#: ``iter()``) and after a recipe change: the epoch to read instead of ``current`` (``used_up``:
+#: nothing of ``current`` is left), else ``None``.
+Reopen = Callable[[Opened, bool, bool], Optional[Opened]]
 
 
 class MapIterator(LoaderIterator):
@@ -58,9 +58,12 @@ class MapIterator(LoaderIterator):
     def _settle(self) -> None:
         """Before the first batch: read another epoch if ``set_epoch`` changed it since ``iter()``."""
         self._settled = True
-        replacement = self._reopen(self._opened, self._left == 0)
+        self._swap(self._reopen(self._opened, self._left == 0, True))
+
+    def _swap(self, replacement: Optional[Opened]) -> None:
         if replacement is not None:
-            self._release()
+            if replacement.source is not self._opened.source:
+                self._release()
             self._opened = replacement
             self._left = self._remaining(replacement)
 
@@ -71,6 +74,8 @@ class MapIterator(LoaderIterator):
         elif progress.epoch != self._opened.epoch:  # set_epoch() moved on after this epoch's last batch
             self._finish()
             raise StopIteration
+        elif progress.recipe_changes != self._opened.recipe_changes:  # weights or skips changed: flush
+            self._swap(self._reopen(self._opened, self._left == 0, False))
         if self._left == 0:  # the epoch is over (or was empty)
             self._finish()
             progress.end_epoch()
@@ -93,4 +98,5 @@ class MapIterator(LoaderIterator):
         seq = opened.seq
         position = opened.start if mark.low == 0 else seq.end_position(mark.low - 1)
         above = mark.above
-        self._progress.advance(position, tuple(sorted(seq.key(k) for k in above)) if above else ())
+        self._progress.advance(position, tuple(sorted(seq.key(k) for k in above)) if above else (),
+                               opened.step + mark.low)

@@ -84,6 +84,8 @@ class Opened:
         epoch, start, ahead: the progress this was opened at (epoch, sample position, keys
             yielded past it).
         mark: the items of ``seq`` consumed so far (a watermark and those consumed past it).
+        step: the global step of item 0 (map-style: the batch at ``start``).
+        recipe_changes: the progress's count of recipe changes when this was opened.
     """
 
     seq: Any
@@ -94,6 +96,8 @@ class Opened:
     start: int
     ahead: tuple[int, ...]
     mark: Watermark
+    step: int = 0
+    recipe_changes: int = 0
 
 
 class LoaderIterator:

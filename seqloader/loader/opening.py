@@ -40,7 +40,7 @@ class Settings(Protocol):
 
 def epoch_batches(recipe: Recipe, progress: Progress) -> tuple[Any, frozenset]:
     """The batches of the progress's epoch from its position, and those to skip (``ahead``)."""
-    seq = recipe.batches(progress.epoch, progress.position)
+    seq = recipe.batches(progress.epoch, progress.position, progress.step)
     skip = frozenset(seq.batch_of(k) for k in progress.ahead)
     if None in skip:
         raise ValueError(f"DataLoader: the loaded state's 'ahead' keys {list(progress.ahead)} are not all "
@@ -50,9 +50,12 @@ def epoch_batches(recipe: Recipe, progress: Progress) -> tuple[Any, frozenset]:
 
 
 def _opened(loader: Settings, progress: Progress, workers: Workers, stats: LoaderStats, seq: Any,
-            skip: frozenset, mark_from: int, streams: bool) -> Opened:
+            skip: frozenset, mark_from: int, streams: bool, reuse: Any = None) -> Opened:
     source, unordered = seq, False
-    if loader.num_workers > 0 and len(seq) > 0:
+    if reuse is not None and len(seq) > 0:  # the same epoch's workers, pointed at the new recipe
+        reuse.reset(seq)
+        source = reuse
+    elif loader.num_workers > 0 and len(seq) > 0:
         # a stream's items must stay on their worker (affinity); batches may go to any free one
         source = workers.open(loader, seq, progress.epoch, affinity=loader.in_order or streams)
         source.start()
@@ -63,14 +66,15 @@ def _opened(loader: Settings, progress: Progress, workers: Workers, stats: Loade
             source.seek(mark_from, skip=skip)
     owned = source is not seq and not workers.is_persistent(source)
     return Opened(seq, source, owned, unordered, progress.epoch, progress.position, progress.ahead,
-                  Watermark(mark_from, skip))
+                  Watermark(mark_from, skip), progress.step, progress.recipe_changes)
 
 
 def open_map_epoch(loader: Settings, recipe: Recipe, progress: Progress, workers: Workers,
-                   stats: LoaderStats) -> Opened:
-    """The progress's epoch of a map-style dataset, from its position."""
+                   stats: LoaderStats, reuse: Any = None) -> Opened:
+    """The progress's epoch of a map-style dataset, from its position (``reuse``: a live
+    ``Prefetch`` of the same epoch to re-target instead of starting workers)."""
     seq, skip = epoch_batches(recipe, progress)
-    return _opened(loader, progress, workers, stats, seq, skip, 0, streams=False)
+    return _opened(loader, progress, workers, stats, seq, skip, 0, streams=False, reuse=reuse)
 
 
 def open_stream_epoch(loader: Settings, derivation: int, progress: Progress, workers: Workers,

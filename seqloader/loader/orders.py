@@ -31,7 +31,7 @@ from seqloader.rng import derive_seed
 Indices = list[Any]
 
 __all__ = ["BijectiveOrder", "BlockOrder", "ListedOrder", "NumpyPermutationOrder", "Order", "RangeOrder",
-           "builtin_order", "materialise_order"]
+           "builtin_order", "materialise_order", "positions_of"]
 
 
 @runtime_checkable
@@ -47,6 +47,28 @@ class Order(Protocol):
         """The dataset indices at positions ``first, first + stride, ...`` (``count`` of them)."""
 
 
+def positions_of(order: Any, indices: Any) -> np.ndarray:
+    """The positions of ``order`` that hold any of the dataset ``indices`` (sorted int64).
+
+    Uses the order's own inverse when it has one (``range``, the Feistel shuffles, a custom
+    sampler's listed indices), else scans the order in chunks of 2**20 positions (O(n)).
+
+    Example:
+        >>> positions_of(RangeOrder(10), [7, 3, 12]).tolist()
+        [3, 7]
+    """
+    wanted = np.unique(np.asarray(indices, dtype=np.int64).reshape(-1))
+    own = getattr(order, "positions_of", None)
+    if own is not None:
+        return np.unique(np.asarray(own(wanted), dtype=np.int64))
+    found = []
+    for lo in range(0, order.n, 1 << 20):
+        pos = np.arange(lo, min(order.n, lo + (1 << 20)), dtype=np.int64)
+        hit = np.isin(np.asarray(order.lookup(pos), dtype=np.int64), wanted)
+        found.append(pos[hit])
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
 class RangeOrder:
     """The identity order of ``range(n)``."""
 
@@ -58,6 +80,9 @@ class RangeOrder:
 
     def run(self, first: int, count: int, stride: int) -> Indices:
         return list(range(first, first + count * stride, stride))
+
+    def positions_of(self, indices: np.ndarray) -> np.ndarray:
+        return indices[(indices >= 0) & (indices < self.n)]
 
 
 class NumpyPermutationOrder:
@@ -77,6 +102,9 @@ class NumpyPermutationOrder:
 
     def run(self, first: int, count: int, stride: int) -> Indices:
         return cast(Indices, self._permutation()[first:first + count * stride:stride].tolist())
+
+    def positions_of(self, indices: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(np.isin(self._permutation(), indices))
 
     def __getstate__(self) -> dict[str, int]:  # workers rebuild the permutation rather than receive n ints
         return {"n": self.n, "seed": self.seed}
@@ -114,6 +142,10 @@ class BijectiveOrder:
         images = self.perm(first + stride * np.arange(m, dtype=np.int64)).astype(np.int64)
         self._chunk = (first, stride, images)
         return cast(Indices, images[:count].tolist())
+
+    def positions_of(self, indices: np.ndarray) -> np.ndarray:
+        inside = indices[(indices >= 0) & (indices < self.n)]
+        return self.perm.inverse(inside).astype(np.int64) if inside.size else inside
 
     def __getstate__(self) -> dict[str, Any]:
         return {"n": self.n, "perm": self.perm, "_chunk": None}

@@ -15,25 +15,28 @@ RNGs from ``(seed, epoch, key)`` before producing the batch.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 
 from seqloader.loader.orders import Order, RangeOrder
+from seqloader.loader.steps import BatchSizes
 
 __all__ = ["BatchListPlan", "OrderPlan", "materialise_batches"]
 
 
 class OrderPlan:
-    """Batches of ``batch_size`` read from ``order`` starting at global position ``start``.
+    """Batches read from ``order`` starting at global position ``start``.
 
     Args:
         order: an order object (``n`` and vectorised ``lookup``).
         start: samples of the global order already consumed this epoch.
-        batch_size: samples per batch per rank, or ``None`` (one sample per step, not collated).
+        batch_size: samples per batch per rank; ``None`` (one sample per step, not collated); or
+            a :class:`~seqloader.loader.steps.BatchSizes` schedule read from step ``first_step``.
         drop_last: drop the incomplete last batch (and, with several ranks, the tail that does
             not divide evenly, like ``DistributedSampler(drop_last=True)``).
         rank, world_size: this process's place; positions ``start + rank + j * world_size``.
+        first_step: the global step of batch 0 (only a schedule reads it).
 
     Example:
         >>> p = OrderPlan(RangeOrder(9), start=0, batch_size=4, drop_last=False, rank=1, world_size=2)
@@ -41,45 +44,69 @@ class OrderPlan:
         (2, (1, [1, 3, 5, 7]), (9, [0]), 10)
         >>> len(OrderPlan(RangeOrder(10), start=8, batch_size=4, drop_last=True, rank=0, world_size=2))
         0
+        >>> ramp = OrderPlan(RangeOrder(9), 0, BatchSizes(2, [(1, 3)]), False, first_step=0)
+        >>> [ramp.batch(b)[1] for b in range(len(ramp))], ramp.batch_of(5), ramp.end_position(1)
+        ([[0, 1], [2, 3, 4], [5, 6, 7], [8]], 2, 5)
     """
 
-    def __init__(self, order: Order, start: int, batch_size: Optional[int], drop_last: bool,
-                 rank: int = 0, world_size: int = 1):
+    def __init__(self, order: Order, start: int, batch_size: Union[int, None, BatchSizes], drop_last: bool,
+                 rank: int = 0, world_size: int = 1, first_step: int = 0):
         self.order, self.start, self.rank, self.world = order, start, rank, world_size
         self.single = batch_size is None
-        self.bs = 1 if batch_size is None else batch_size
+        sizes = batch_size if isinstance(batch_size, BatchSizes) else None
+        if isinstance(batch_size, BatchSizes):
+            self.bs = batch_size.constant or 0
+        else:
+            self.bs = 1 if batch_size is None else batch_size
+        self._sizes = sizes if sizes is not None and sizes.constant is None else None  # a changing schedule
+        self.first_step = first_step
         n = order.n
         remaining = max(n - start, 0)
         per_rank = remaining // world_size if drop_last else -(-remaining // world_size)
         self.per_rank = per_rank
-        self._len = per_rank // self.bs if drop_last else -(-per_rank // self.bs)
+        if self._sizes is not None:
+            self._len = self._sizes.count(first_step, per_rank, drop_last)
+        else:
+            self._len = per_rank // self.bs if drop_last else -(-per_rank // self.bs)
 
     def __len__(self) -> int:
         return self._len
 
+    def _offset(self, b: int) -> int:
+        """Samples per rank before batch ``b``."""
+        return b * self.bs if self._sizes is None else self._sizes.offset(self.first_step, b)
+
     def key(self, b: int) -> int:
         """The global position of batch ``b``'s first sample."""
-        return self.start + self.rank + b * self.bs * self.world
+        return self.start + self.rank + self._offset(b) * self.world
 
     def batch_of(self, key: int) -> Optional[int]:
         """The batch whose key is ``key``, or ``None`` if no batch of this plan has it."""
-        b, r = divmod(key - self.start - self.rank, self.bs * self.world)
+        j, r = divmod(key - self.start - self.rank, self.world)
+        if r or j < 0:
+            return None
+        if self._sizes is None:
+            b, r = divmod(j, self.bs)
+        else:
+            found = self._sizes.batch_at(self.first_step, j)
+            b, r = (0, 1) if found is None else (found, 0)
         return b if r == 0 and 0 <= b < self._len else None
 
     def batch(self, b: int) -> tuple[int, Any]:
         """``(key, indices)`` of batch ``b`` (a single index when ``batch_size`` is ``None``)."""
-        lo, hi = b * self.bs, min((b + 1) * self.bs, self.per_rank)
+        lo = self._offset(b)
+        hi = min(lo + (self.bs if self._sizes is None else self._sizes.size(self.first_step + b)), self.per_rank)
         first = self.start + self.rank + lo * self.world
         if hi > lo and first + (hi - 1 - lo) * self.world < self.order.n:
             idx = self.order.run(first, hi - lo, self.world)
         else:  # padding wraps to the start of the order, as in DistributedSampler
             g = self.start + self.rank + np.arange(lo, hi, dtype=np.int64) * self.world
             idx = self.order.lookup(g % self.order.n) if g.size else []
-        return self.key(b), (idx[0] if self.single else idx)
+        return first, (idx[0] if self.single else idx)
 
     def end_position(self, b: int) -> int:
         """The global position after batch ``b`` (past ``n`` for a padded last batch)."""
-        return self.start + min((b + 1) * self.bs, self.per_rank) * self.world
+        return self.start + min(self._offset(b + 1), self.per_rank) * self.world
 
 
 class BatchListPlan:

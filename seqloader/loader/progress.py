@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from seqloader.loader.state import IterableState
+from seqloader.loader.stream_state import IterableState
 
 __all__ = ["Progress"]
 
@@ -51,6 +51,8 @@ class Progress:
         self.epoch = 0
         self.position = 0              # samples of the epoch's global order already yielded
         self.ahead: tuple[int, ...] = ()  # in_order=False: keys of batches yielded past position
+        self.step = 0                  # the global step of the batch at position (across epochs)
+        self.recipe_changes = 0        # bumped when the recipe changes mid-epoch: iterators reopen
         self._streams = streams
         self._carry = carry
         self.resumed = False           # the current iterator began from a loaded state
@@ -79,10 +81,12 @@ class Progress:
         """Whether the iterator of ``generation`` was replaced by a later ``begin`` or ``load``."""
         return generation != self._generation
 
-    def advance(self, position: int, ahead: tuple[int, ...] = ()) -> None:
+    def advance(self, position: int, ahead: tuple[int, ...] = (), step: Optional[int] = None) -> None:
         """Batches were yielded: ``position`` samples of this epoch's global order are done, and
-        (out of order) the batches with keys ``ahead`` beyond it."""
+        (out of order) the batches with keys ``ahead`` beyond it; ``step`` is the global step of
+        the batch at ``position`` (``None``: one more than before)."""
         self.position, self.ahead = position, ahead
+        self.step = self.step + 1 if step is None else step
         self._yielded = True
 
     def set_epoch(self, epoch: int, now: bool) -> None:
@@ -118,11 +122,17 @@ class Progress:
             self.iterable = (streams.carried() if self._carry and streams is not None
                              else IterableState.fresh(self._streams))
 
+    def recipe_changed(self) -> None:
+        """The recipe changed from the current position on (weights, skips): live iterators
+        read the rest of the epoch again (their read-ahead is dropped)."""
+        self.recipe_changes += 1
+
     def load(self, epoch: int, position: int, iterable: Optional[IterableState] = None,
-             ahead: tuple[int, ...] = ()) -> None:
+             ahead: tuple[int, ...] = (), step: int = 0) -> None:
         """Resume from a loaded state at the next :meth:`begin`; live iterators are superseded."""
         self._generation += 1
-        self.epoch, self.position, self.ahead = epoch, position, ahead
+        self.epoch, self.position, self.ahead, self.step = epoch, position, ahead, step
+        self.recipe_changes += 1
         if self._streams is not None:
             self.iterable = iterable
         self._started = False

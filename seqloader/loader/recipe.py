@@ -26,11 +26,14 @@ from typing import Any, Callable, Optional, cast
 
 from seqloader.errors import check_int, check_nonnegative_int
 from seqloader.loader import world
+from seqloader.loader.changes import RecipeChanges
 from seqloader.loader.custom_order import CustomOrder
 from seqloader.loader.fetch import EpochBatches
+from seqloader.loader.holes import HoledOrder
 from seqloader.loader.orders import Order, RangeOrder, builtin_order
 from seqloader.loader.plans import OrderPlan
 from seqloader.loader.seeding import DERIVATION
+from seqloader.loader.steps import BatchSizes
 
 __all__ = ["Recipe"]
 
@@ -47,6 +50,9 @@ class Recipe:
         seed, derivation: the loader's seed and how orders and seeds derive from it.
         sampler: a seekable sampler whose ``order(epoch)`` is read directly, or ``None``.
         custom: a user's ``sampler``/``batch_sampler`` (indices read once per epoch), or ``None``.
+        batch_sizes: a batch-size schedule by global step (``None``: ``batch_size`` throughout).
+        changes: the run's changes: mixture weights and skipped samples
+            (:class:`~seqloader.loader.changes.RecipeChanges`).
 
     Example:
         >>> r = Recipe(dataset=list(range(10)), dataset_len=10, batch_size=4, drop_last=False,
@@ -68,16 +74,39 @@ class Recipe:
     derivation: int = DERIVATION
     sampler: Any = None
     custom: Optional[CustomOrder] = None
+    batch_sizes: Optional[BatchSizes] = None
+    changes: RecipeChanges = RecipeChanges()
+
+    def replace(self, **changes: Any) -> "Recipe":
+        """A copy with the given fields replaced."""
+        return dataclasses.replace(self, **changes)
+
+    def dataset_for(self, epoch: int) -> Any:
+        """The dataset ``epoch`` reads: the mixture with the epoch's weight changes applied."""
+        weights = self.changes.weights_in(epoch)
+        return self.dataset.with_changes(weights) if weights else self.dataset
 
     def order(self, epoch: int) -> Order:
-        """The global order of ``epoch`` (not for a custom sampler, whose indices are per epoch)."""
+        """The global order of ``epoch`` (not for a custom sampler, whose indices are per epoch),
+        with skipped positions backfilled from its tail."""
         if self.sampler is not None:
-            return cast(Order, self.sampler.order(epoch))
-        return builtin_order(self.dataset_len, self.seed, epoch, self.shuffle, self.derivation)
+            order = cast(Order, self.sampler.order(epoch))
+        else:
+            n = len(self.dataset_for(epoch)) if self.changes.weights else self.dataset_len
+            order = builtin_order(n, self.seed, epoch, self.shuffle, self.derivation)
+        if self.changes.skips:
+            holes = self.changes.holes(epoch, order)
+            if len(holes):
+                return HoledOrder(order, holes)
+        return order
+
+    def _sizes(self) -> Any:
+        return self.batch_size if self.batch_sizes is None else self.batch_sizes
 
     def plan(self, epoch: int, position: int, rank: Optional[int] = None,
-             world_size: Optional[int] = None) -> Any:
-        """This rank's batches of ``epoch`` from global sample ``position`` on.
+             world_size: Optional[int] = None, step: int = 0) -> Any:
+        """This rank's batches of ``epoch`` from global sample ``position`` on (``step``: the global
+        step of the batch at ``position``, for a batch-size schedule).
 
         ``rank``/``world_size`` default to ``torch.distributed``'s (``world.current_world()``). A
         custom sampler shards itself (a ``DistributedSampler``), so its plan ignores them.
@@ -86,22 +115,31 @@ class Recipe:
             return self.custom.plan(epoch, position, self.seed, self.derivation, self.batch_size, self.drop_last)
         if rank is None or world_size is None:
             rank, world_size = world.current_world()
-        return OrderPlan(self.order(epoch), position, self.batch_size, self.drop_last, rank, world_size)
+        return OrderPlan(self.order(epoch), position, self._sizes(), self.drop_last, rank, world_size, step)
 
-    def batches(self, epoch: int, position: int) -> EpochBatches:
+    def batches(self, epoch: int, position: int, step: int = 0) -> EpochBatches:
         """The lazy sequence of this rank's batches of ``epoch`` from ``position`` on."""
-        return EpochBatches(self.dataset, self.plan(epoch, position), self.collate_fn, self.seed, epoch,
-                            self.derivation)
+        return EpochBatches(self.dataset_for(epoch), self.plan(epoch, position, step=step), self.collate_fn,
+                            self.seed, epoch, self.derivation)
 
-    def batches_per_epoch(self, rank: Optional[int] = None, world_size: Optional[int] = None) -> int:
+    def batches_per_epoch(self, rank: Optional[int] = None, world_size: Optional[int] = None,
+                          first_step: int = 0) -> int:
         """Batches of a whole epoch on this rank (``len(loader)``), without building an order."""
         if rank is None or world_size is None:
             rank, world_size = world.current_world()
-        return len(OrderPlan(RangeOrder(self.dataset_len), 0, self.batch_size, self.drop_last, rank, world_size))
+        return len(OrderPlan(RangeOrder(self.dataset_len), 0, self._sizes(), self.drop_last, rank, world_size,
+                             first_step))
+
+    def position_of_step(self, step: int, at_position: int, at_step: int, world_size: int) -> int:
+        """The global position where global ``step`` starts, from ``at_position`` (whose batch is
+        global step ``at_step <= step``); it may lie past the epoch's end."""
+        sizes = self.batch_sizes or BatchSizes(self.batch_size or 1)
+        return at_position + sizes.offset(at_step, step - at_step) * world_size
 
     def indices_at(self, epoch: int, step: int, rank: Optional[int] = None,
-                   world_size: Optional[int] = None) -> Any:
-        """The dataset indices of batch ``step`` of ``epoch`` on ``rank``, computed without iterating.
+                   world_size: Optional[int] = None, first_step: int = 0) -> Any:
+        """The dataset indices of batch ``step`` of ``epoch`` on ``rank``, computed without iterating
+        (``first_step``: the global step of the epoch's first batch, for a batch-size schedule).
 
         Raises:
             IndexError: ``step`` is not a batch of that epoch on that rank.
@@ -111,7 +149,7 @@ class Recipe:
         step = check_int(op, "step", step)
         if rank is None or world_size is None:
             rank, world_size = world.current_world()
-        plan = self.plan(epoch, 0, rank, world_size)
+        plan = self.plan(epoch, 0, rank, world_size, first_step)
         if not 0 <= step < len(plan):
             raise IndexError(f"{op}: step {step} out of range [0, {len(plan)}) of epoch {epoch} "
                              f"(rank {rank} of {world_size})")

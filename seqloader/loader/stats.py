@@ -136,7 +136,17 @@ class LoaderStats:
         cur.shm_bytes = now["shm_bytes"] - base["shm_bytes"]
 
     def report(self, num_workers: int, cores: Optional[int]) -> dict[str, Any]:
-        """``DataLoader.stats()``: the current and last epoch, resumes, and a hint (or ``None``)."""
+        """``DataLoader.stats()``: the current and last epoch, resumes, and a hint (or ``None``).
+
+        Returns:
+            ``{"current": {...} or None, "last": {...} or None, "resumes": int, "hint": str or
+            None}``. Each epoch entry has ``epoch``, ``batches``, ``wait_s`` (time inside
+            ``next()``), ``work_s`` (time between ``next()`` calls), ``input_bound`` (their
+            ratio: the fraction of wall time spent waiting), ``batches_per_s``, and, with
+            workers, ``workers`` (per worker ``busy_s`` and ``items``), ``ready_mean`` (batches
+            already computed when one was read) and ``shm_bytes``. ``hint`` suggests more
+            workers only when the loop is input-bound and every worker is busy.
+        """
         self.refresh()
         cur = self.current
         return {"current": None if cur is None else cur.as_dict(),

@@ -2,11 +2,13 @@
 
 A loader state that says "position 40960" means "of *these* files". A source's file list is
 ``[[path, size, version], ...]`` (``version``: the mtime locally, the ETag remotely); its
-*description* is ``{"files": n, "fingerprint": "<16 hex digits>"}``, small enough for a state
-dict (< 100 bytes whatever the number of files). :func:`check_same_files` compares two file
-lists, or a saved description with a source, and raises ``ValueError`` when they differ: with
-two lists it names the first file that differs; a description holds no names, so then it
-names the counts and fingerprints (and, when the counts differ, the first extra file).
+*description* is ``{"files": n, "fingerprint": "<16 hex digits>", "chunk": c, "chunks": [...]}``:
+the fingerprint of the whole list and of each run of ``c`` consecutive files (at most 32 runs,
+6 hex digits each), small enough for a state dict (< 450 bytes whatever the number of files).
+:func:`check_same_files` compares two file lists, or a saved description with a source, and
+raises ``ValueError`` when they differ, naming the first file that differs: exactly with two
+lists, or with a description of up to 32 files; beyond that, the first run of files that differs
+(a description holds no names).
 """
 
 from __future__ import annotations
@@ -26,8 +28,13 @@ def _file_list(x: Any) -> list[list] | None:
     return None
 
 
+#: The most runs of files a description fingerprints one by one.
+CHUNKS = 32
+
+
 def describe_files(source: Any) -> dict:
-    """``{"files": n, "fingerprint": hex}`` for a source or a file list: JSON types, < 100 bytes.
+    """``{"files": n, "fingerprint": hex, "chunk": c, "chunks": [hex, ...]}`` for a source or a
+    file list: JSON types, < 450 bytes.
 
     Args:
         source: a seqloader source (anything with ``files()``) or a list of ``[path, size, version]``.
@@ -40,7 +47,7 @@ def describe_files(source: Any) -> dict:
 
     Example:
         >>> describe_files([["a.parquet", 10, "mtime_ns:1"]])
-        {'files': 1, 'fingerprint': 'ad041802c3d07798'}
+        {'files': 1, 'fingerprint': 'ad041802c3d07798', 'chunk': 1, 'chunks': ['ad0418']}
         >>> describe_files(3)
         Traceback (most recent call last):
         TypeError: describe_files: expected a source with files() or a list of [path, size, version] (got int)
@@ -49,7 +56,9 @@ def describe_files(source: Any) -> dict:
     if files is None:
         raise TypeError("describe_files: expected a source with files() or a list of [path, size, version] "
                         f"(got {type(source).__name__})")
-    return {"files": len(files), "fingerprint": fingerprint_of(files)}
+    per = max(1, -(-len(files) // CHUNKS))
+    return {"files": len(files), "fingerprint": fingerprint_of(files), "chunk": per,
+            "chunks": [fingerprint_of(files[k:k + per])[:6] for k in range(0, len(files), per)]}
 
 
 def _fmt(f: Sequence) -> str:
@@ -90,6 +99,8 @@ def check_same_files(saved: Any, current: Any) -> None:
         return
     s = saved if isinstance(saved, dict) else describe_files(saved)
     c = current if isinstance(current, dict) else describe_files(current)
+    if s.get("fingerprint") != c.get("fingerprint") and current_list is not None and "chunks" in s:
+        _name_the_difference(s, current_list)
     if s.get("files") != c.get("files") or s.get("fingerprint") != c.get("fingerprint"):
         extra = ""
         if current_list is not None and isinstance(s.get("files"), int) and s["files"] < len(current_list):
@@ -98,3 +109,27 @@ def check_same_files(saved: Any, current: Any) -> None:
                          f"({s.get('files')} files, fingerprint {s.get('fingerprint')} when saved; "
                          f"{c.get('files')} files, fingerprint {c.get('fingerprint')} now){extra}; "
                          "resume with the same files (same names, sizes and modification times)")
+
+
+def _name_the_difference(saved: dict, current: list) -> None:
+    """Raise naming the first file (or run of files) of ``current`` that ``saved`` describes otherwise."""
+    per, chunks = saved.get("chunk"), saved.get("chunks")
+    if not isinstance(per, int) or per < 1 or not isinstance(chunks, list):
+        return
+    for k, fp in enumerate(chunks):
+        part = current[k * per:(k + 1) * per]
+        if part and fingerprint_of(part)[:6] == fp:
+            continue
+        lo = k * per
+        if not part:
+            raise ValueError(f"check_same_files: {saved.get('files')} files when saved, {len(current)} now; "
+                             f"file {lo} and those after it are missing; resume with the files the state was "
+                             "saved with")
+        where = (f"file {lo}, {_fmt(part[0])} now," if per == 1 else
+                 f"files {lo}..{lo + len(part) - 1} ({part[0][0]} .. {part[-1][0]}, one of them at least)")
+        raise ValueError(f"check_same_files: {where} differs from the file list the state was saved with "
+                         "(name, size or modification time); resume with the files the state was saved with")
+    if len(current) > (saved.get("files") or 0):
+        k = saved.get("files") or 0
+        raise ValueError(f"check_same_files: {saved.get('files')} files when saved, {len(current)} now; file {k} "
+                         f"({current[k][0]}) was not there when saved; resume with the files the state was saved with")

@@ -46,10 +46,10 @@ def test_json_small_and_same_keys_and_types_before_mid_and_after(kw):
 
 def test_state_values():
     sd = make().state_dict()
-    assert sd == {"format": "seqloader.DataLoader", "version": 2, "seed": 3, "epoch": 0, "position": 0,
-                  "ahead": [], "dataset_len": 10, "batch_size": 4, "drop_last": False, "shuffle": True,
+    assert sd == {"format": "seqloader.DataLoader", "version": 3, "seed": 3, "epoch": 0, "position": 0,
+                  "ahead": [], "step": 0, "dataset_len": 10, "batch_size": 4, "drop_last": False, "shuffle": True,
                   "derivation": 2, "sampler_len": None, "sampler_epoch": None,
-                  "sampler": None, "dataset": None, "iterable": None,
+                  "sampler": None, "dataset": None, "iterable": None, "recipe": None, "files": None,
                   "saved_with": {"num_workers": 0, "world_size": 1}}
 
 
@@ -66,12 +66,15 @@ def test_saved_with_is_ignored_and_the_seed_comes_from_the_state():
 
 @pytest.mark.parametrize("key, value, match", [
     ("dataset_len", 11, "'dataset_len' is 11 in the state_dict but len\\(dataset\\) is 10"),
-    ("batch_size", 5, "'batch_size' is 5 in the state_dict but this loader has batch_size=4"),
+    ("batch_size", 0, "'batch_size' must be None or a positive int"),
     ("drop_last", True, "'drop_last' is True in the state_dict but this loader has drop_last=False"),
     ("shuffle", False, "'shuffle' is False in the state_dict but this loader has shuffle=True"),
     ("sampler", {"x": 1}, "'sampler' holds a state in the state_dict but this loader's sampler has no state"),
     ("format", "torchdata", "unknown format 'torchdata'"),
-    ("version", 3, "version 3, newer than this seqloader's version 2"),
+    ("version", 4, "version 4, newer than this seqloader's version 3"),
+    ("step", -1, "'step' must be a non-negative int"),
+    ("recipe", {"weights": [[0, 0]]}, "'recipe.weights\\[0\\]' must be \\[step, epoch or None"),
+    ("files", {"files": 3}, "'files' must be None or a dict"),
     ("derivation", 3, "'derivation' must be one of \\[1, 2\\]"),
     ("sampler_epoch", "1", "'sampler_epoch' must be None or an int"),
     ("version", "1", "'version' must be a positive int"),
@@ -106,7 +109,7 @@ def test_missing_key_and_not_a_dict():
 
 
 def test_migrations_upgrade_one_version_at_a_time(monkeypatch):
-    """Pretend the current version is 3: a version-1 state goes through _MIGRATIONS[1] then [2]."""
+    """Pretend the current version is 4: a version-1 state goes through _MIGRATIONS[1], [2] then [3]."""
     calls = []
 
     def step(v):
@@ -116,19 +119,33 @@ def test_migrations_upgrade_one_version_at_a_time(monkeypatch):
         return migrate
 
     sd = {**make().state_dict(), "version": 1}
-    monkeypatch.setattr(state_mod, "VERSION", 3)
+    monkeypatch.setattr(state_mod, "VERSION", 4)
     monkeypatch.setitem(state_mod._MIGRATIONS, 1, step(1))
     monkeypatch.setitem(state_mod._MIGRATIONS, 2, step(2))
-    assert LoaderState.from_dict(sd).position == 2 and calls == [1, 2]
+    monkeypatch.setitem(state_mod._MIGRATIONS, 3, step(3))
+    assert LoaderState.from_dict(sd).position == 3 and calls == [1, 2, 3]
     assert state_mod._MIGRATIONS is not None
 
 
 def test_the_real_migration_from_version_1_keeps_every_meaning_and_names_derivation_1():
-    v2 = make().state_dict()
-    v1 = {k: v for k, v in v2.items() if k not in ("derivation", "sampler_epoch", "ahead")}
+    v3 = make().state_dict()
+    v1 = {k: v for k, v in v3.items() if k not in ("derivation", "sampler_epoch", "ahead", "step", "recipe", "files")}
     v1["version"] = 1
     migrated = LoaderState.from_dict(v1).to_dict()
-    assert migrated == {**v2, "derivation": 1, "sampler_epoch": None, "ahead": []}
+    assert migrated == {**v3, "derivation": 1, "sampler_epoch": None, "ahead": []}
+
+
+def test_the_migration_from_version_2_counts_the_steps_before_the_position():
+    loader = make()
+    it = iter(loader)
+    next(it), next(it)
+    v3 = loader.state_dict()
+    v2 = {k: v for k, v in v3.items() if k not in ("step", "recipe", "files")}
+    v2["version"] = 2
+    assert LoaderState.from_dict(v2).to_dict() == v3 and v3["step"] == 2
+    resumed = make()
+    resumed.load_state_dict(v2)
+    assert [b.tolist() for b in resumed] == [b.tolist() for b in it]
 
 
 def test_stateful_sampler_substate_is_verbatim():
@@ -218,7 +235,7 @@ V1_NEXT = [[[8, 988], [6, 734], [11, 212]], [[1, 338], [10, 758], [3, 430]], [[4
 def test_a_version_1_state_resumes_exactly_as_seqloader_0_1_did(num_workers):
     loader = DataLoader(_Augmented(), batch_size=3, shuffle=True, seed=7, num_workers=num_workers)
     loader.load_state_dict(V1_STATE)
-    assert loader.state_dict()["derivation"] == 1 and loader.state_dict()["version"] == 2
+    assert loader.state_dict()["derivation"] == 1 and loader.state_dict()["version"] == 3
     assert [b.tolist() for b in loader] == V1_REST
     assert [b.tolist() for b in loader] == V1_NEXT  # later epochs keep the state's derivation
 
