@@ -28,7 +28,7 @@ import numpy as np
 
 from seqloader.loader.holes import HoledOrder, Intervals
 from seqloader.loader.orders import Order, positions_of
-from seqloader.loader.state_checks import check_value, is_int
+from seqloader.loader.validation import check_value, is_int
 
 __all__ = ["RecipeChanges", "Skip", "WeightChange", "check_weights"]
 

@@ -356,7 +356,7 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         if self._custom is not None:
             self._custom.check(saved)
         elif not self._is_iterable:
-            check_position(saved, len(self._recipe().replace(changes=changes).dataset_for(saved.epoch)))
+            check_position(saved, self._recipe().replace(changes=changes).order(saved.epoch).n)
         # validated: mutate
         self._workers.close()
         if self._custom is not None:

@@ -82,7 +82,7 @@ class RecipeControl:
             if epoch is None:
                 raise ValueError(f"{op}: at_step={at_step} is beyond the current epoch; a sampler's "
                                  "weights change within the epoch being read (call set_weights then)")
-            reweight(values, epoch, pos)
+            reweight(values, epoch=epoch, position=pos)
         else:
             self.changes = self.changes.with_weights(WeightChange(step, epoch, pos, values))
         progress.recipe_changed()

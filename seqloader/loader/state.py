@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
-from seqloader.loader.state_checks import STAGE as _STAGE, check_value as _check, is_int as _is_int
+from seqloader.loader.validation import STAGE as _STAGE, check_value as _check, is_int as _is_int
 from seqloader.loader.stream_state import IterableState
 
 __all__ = ["FORMAT", "VERSION", "KEYS", "IterableState", "LoaderState", "is_stateful"]
@@ -193,8 +193,9 @@ class LoaderState:
         _check(isinstance(d["saved_with"], dict), "saved_with", d["saved_with"], "a dict")
         _check(d["recipe"] is None or isinstance(d["recipe"], dict) and set(d["recipe"]) <= {"weights", "skips"},
                "recipe", d["recipe"], "None or a dict with the keys 'weights' and/or 'skips'")
-        _check(d["files"] is None or isinstance(d["files"], dict) and set(d["files"]) == {"files", "fingerprint"},
-               "files", d["files"], "None or a dict with the keys 'files' and 'fingerprint'")
+        _check(d["files"] is None or isinstance(d["files"], dict) and {"files", "fingerprint"} <= set(d["files"])
+               <= {"files", "fingerprint", "chunk", "chunks"}, "files", d["files"],
+               "None or a dict with the keys 'files', 'fingerprint' (and 'chunk', 'chunks')")
         iterable = None if d["iterable"] is None else IterableState.from_dict(d["iterable"])
         return cls(seed=d["seed"], epoch=d["epoch"], position=d["position"],
                    dataset_len=d["dataset_len"], batch_size=d["batch_size"],

@@ -8,28 +8,13 @@ them mutates anything (a failed ``load_state_dict`` leaves the loader untouched)
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Optional, cast
+from typing import Any, Callable, Optional, cast
 
-if TYPE_CHECKING:
-    from seqloader.loader.state import LoaderState
-    from seqloader.loader.stream_state import IterableState
+from seqloader.loader.state import LoaderState
+from seqloader.loader.stream_state import IterableState
+from seqloader.loader.validation import STAGE
 
-__all__ = ["STAGE", "check_ahead", "check_matches", "check_position", "check_value", "is_int", "len_or_none"]
-
-#: The stage named in every error of a state that cannot be loaded.
-STAGE = "load_state_dict"
-
-
-def is_int(v: Any) -> bool:
-    """An int that is not a bool."""
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def check_value(cond: bool, key: str, value: Any, expected: str) -> None:
-    """``ValueError: load_state_dict: '<key>' must be <expected> (got <value>)`` unless ``cond``."""
-    if not cond:
-        raise ValueError(f"{STAGE}: {key!r} must be {expected} (got {value!r})")
-
+__all__ = ["check_ahead", "check_matches", "check_position", "len_or_none"]
 
 def check_matches(saved: LoaderState, current: LoaderState, batch_size_may_change: bool = False) -> None:
     """Raise ``ValueError`` if ``saved`` cannot resume the loader whose fresh state is ``current``.
@@ -43,7 +28,6 @@ def check_matches(saved: LoaderState, current: LoaderState, batch_size_may_chang
     ``saved_with`` is ignored.
 
     Example:
-        >>> from seqloader.loader.state import LoaderState
         >>> a = LoaderState(seed=1, epoch=0, position=0, dataset_len=10, batch_size=2,
         ...                 drop_last=False, shuffle=False)
         >>> check_matches(a, a)
@@ -84,7 +68,7 @@ def check_matches(saved: LoaderState, current: LoaderState, batch_size_may_chang
             raise ValueError(f"{STAGE}: {key!r} holds {has(a)} in the state_dict but this loader's "
                              f"{owner} has {has(b)} (state_dict/load_state_dict); use the same "
                              f"{owner} class as when saving")
-    current_iterable = cast("IterableState", current.iterable)  # not None when saved's is not (checked above)
+    current_iterable = cast(IterableState, current.iterable)  # not None when saved's is not (checked above)
     if saved.iterable is not None and len(saved.iterable.workers) != len(current_iterable.workers):
         sw, cw = len(saved.iterable.workers), len(current_iterable.workers)
         raise ValueError(f"{STAGE}: 'iterable' holds {sw} worker stream(s) but this loader has "
@@ -99,7 +83,6 @@ def check_position(saved: LoaderState, length: Optional[int] = None) -> None:
     world_size`` when the last round of a distributed epoch was padded.
 
     Example:
-        >>> from seqloader.loader.state import LoaderState
         >>> s = LoaderState(seed=1, epoch=0, position=11, dataset_len=10, batch_size=2, drop_last=False,
         ...                 shuffle=False, saved_with={"world_size": 2})
         >>> check_position(s); check_position(dataclasses.replace(s, position=12))

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from seqloader.loader.state_checks import check_value, is_int
+from seqloader.loader.validation import check_value, is_int
 
 __all__ = ["IterableState"]
 
