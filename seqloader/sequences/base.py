@@ -10,7 +10,7 @@ positions of their parent, so that a batch of positions is resolved with one num
 from __future__ import annotations
 
 import collections.abc
-from typing import Any, Generic, Iterator, Sequence, TypeVar, overload
+from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -96,6 +96,28 @@ class IndexMap(LazySequence[T_co]):
             lazy: LazySequence[T_co] = parent  # isinstance narrows to LazySequence[Any]
             return lazy._item(j)
         return parent[j]
+
+    @property
+    def __getitems__(self) -> Optional[Callable[[Sequence[int]], Any]]:
+        """The batched read of the data stage under this chain of index maps, if it has one.
+
+        torch's fetcher (and so ``seqloader.DataLoader``) calls ``dataset.__getitems__(indices)``
+        when it is there and not ``None``: a batch of a ``shuffle``/``gather``/slice/``block_shuffle``
+        over a source is then one batched read of the source (each of its blocks read once), the
+        positions mapped with one numpy call per stage. ``None`` when the data stage reads item
+        by item.
+        """
+        base: Any = self._parent
+        while isinstance(base, IndexMap):
+            base = base._parent
+        getitems = getattr(base, "__getitems__", None)
+        if not getitems:
+            return None
+
+        def read_many(positions: Sequence[int]) -> Any:
+            return getitems(source_indices(self, positions)[1].tolist())
+
+        return read_many
 
 
 class SliceView(IndexMap[T_co]):

@@ -7,11 +7,11 @@ flipped), whereas seqloader's errors keep their type and gain a note (``errors.a
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
 
 import numpy as np
 
-from seqloader.errors import annotate
+from seqloader.errors import annotate, note_stage
 from seqloader.rng import check_seed, item_rng
 from seqloader.sequences._util import check_callable, check_sequence, fname, read
 from seqloader.sequences.base import LazySequence
@@ -42,6 +42,27 @@ class _Smap(LazySequence[R]):
         args = [read(s, i) for s in self._seqs]
         with annotate(self, i):
             return self._f(*args)
+
+    @property
+    def __getitems__(self) -> Optional[Callable[[Sequence[int]], list[R]]]:
+        """A batched read when ``f`` maps one sequence that reads in batches (a source): the
+        batch's items are read at once, then ``f`` is applied to each; else ``None``."""
+        getitems = getattr(self._seqs[0], "__getitems__", None) if len(self._seqs) == 1 else None
+        if not getitems:
+            return None
+
+        def read_many(positions: Sequence[int]) -> list[R]:
+            items, f, out = getitems(positions), self._f, []
+            k = 0
+            try:  # (one try for the batch rather than a context manager per item)
+                for k, x in enumerate(items):
+                    out.append(f(x))
+            except Exception as exc:
+                note_stage(exc, self, int(positions[k]))
+                raise
+            return out
+
+        return read_many
 
     def __repr__(self) -> str:
         return f"smap({fname(self._f)}, len={self._len})"
