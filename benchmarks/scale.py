@@ -10,6 +10,10 @@
   ``(source, item)``, vectorised) and of reading 256 items through ``m[p]``; and the latency of
   ``m[10**9 - 1]``. The mixture is 70/20/10 over three sources of 10**9 items (``range``s).
   torch has no counterpart: no ratio.
+* ``state_dict``: the mean cost of ``loader.state_dict()`` called after every batch of an epoch
+  (10**6 items, batch 256, shuffled, 2 workers: what a framework checkpointing every step pays),
+  the first call included; torchdata's ``StatefulDataLoader`` on the same dataset when it is
+  installed (the ``bench`` extra), as the ratio's reference.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ try:
 except ImportError:  # an older layout of the package
     from seqloader.sequences.mix import mix
 
-__all__ = ["SCALE_WORKLOADS", "mix_cost", "resume_scale"]
+__all__ = ["SCALE_WORKLOADS", "mix_cost", "resume_scale", "state_dict_cost"]
 
 #: torch's skip is measured up to this ``n``; above, it takes too long to be worth running.
 TORCH_MAX_N = 10**7
@@ -126,8 +130,45 @@ def mix_cost(opts: Options) -> list[Row]:
             Row("mix", "seqloader.mix m[10**9 - 1], seed=0", 0, best["last"], "µs", notes=notes)]
 
 
+def _state_dict_seconds(make, batches: int) -> float:
+    """Mean seconds of ``state_dict()`` after each of the first ``batches`` batches of an epoch."""
+    loader = make()
+    it = iter(loader)
+    total = 0.0
+    for _ in range(batches):
+        next(it)
+        t0 = time.perf_counter()
+        loader.state_dict()
+        total += time.perf_counter() - t0
+    del it
+    return total / batches
+
+
+def state_dict_cost(opts: Options) -> list[Row]:
+    """``state_dict()`` after every batch: seqloader, and torchdata when installed."""
+    n, bs = (10**5, 256) if opts.quick else (10**6, 256)
+    batches = 50 if opts.quick else 400
+    ds = IntDataset(n)
+    makers = {"seqloader": lambda: DataLoader(ds, batch_size=bs, shuffle=True, seed=0, num_workers=2)}
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError:
+        StatefulDataLoader = None  # noqa: N806
+    if StatefulDataLoader is not None:
+        makers["torchdata"] = lambda: StatefulDataLoader(ds, batch_size=bs, shuffle=True, num_workers=2)
+    best = best_of(opts.repeat, {k: (lambda m=m: _state_dict_seconds(m, batches)) for k, m in makers.items()})
+    notes = f"{size_label(n)} items, batch {bs}, 2 workers, after each of {batches} batches, first call included"
+    ref = best.get("torchdata")
+    rows = [Row("state_dict", "seqloader.DataLoader.state_dict()", 2, best["seqloader"] * 1e6, "µs",
+                ratio=None if ref is None else ref / best["seqloader"], notes=notes)]
+    if ref is not None:
+        rows.append(Row("state_dict", "torchdata StatefulDataLoader.state_dict()", 2, ref * 1e6, "µs", notes=notes))
+    return rows
+
+
 #: Workload name -> function(Options) -> rows.
 SCALE_WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
     "resume_scale": resume_scale,
     "mix": mix_cost,
+    "state_dict": state_dict_cost,
 }

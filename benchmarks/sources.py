@@ -116,14 +116,6 @@ def _scan_batches(folder: str, batch_size: int) -> float:
     return time.perf_counter() - t0
 
 
-def _order(n: int, ends, window: int, lanes: int, chunk: int) -> np.ndarray:
-    """A block-shuffled epoch order as an int64 array (the loader iterates a sampler once per epoch)."""
-    from seqloader.sequences.base import source_indices
-
-    return source_indices(seqloader.block_shuffle(range(n), ends, window=window, seed=0, lanes=lanes, chunk=chunk),
-                          np.arange(n))[1]
-
-
 def _epoch(loader, limit: int | None = None) -> tuple[float, int]:
     t0, k = time.perf_counter(), 0
     for k, _ in enumerate(loader, 1):
@@ -150,9 +142,10 @@ def sources_parquet(opts: Options) -> list[Row]:
 
         def block_epoch(num_workers: int, bs: int) -> float:
             src = seqloader.parquet(folder, columnar=True, cache_blocks=window)
-            order = _order(n, ends, window, max(1, num_workers), bs)
-            loader = seqloader.DataLoader(src, batch_size=bs, sampler=order, num_workers=num_workers,
+            sampler = seqloader.BlockShuffleSampler(src, window=window, seed=0)  # lanes, chunk: the loader's
+            loader = seqloader.DataLoader(src, batch_size=bs, sampler=sampler, num_workers=num_workers,
                                           collate_fn=default_convert, seed=0)
+            order = np.asarray(sampler.order(0).lookup(np.arange(n, dtype=np.int64)))
             dt, _ = _epoch(loader)
             key = f"block{num_workers}-{bs}"
             if num_workers == 0:
@@ -219,9 +212,9 @@ def _wds_epoch(urls: list[str], bs: int) -> tuple[float, int]:
 def _tar_epoch(folder: str, bs: int, window: int) -> tuple[float, int]:
     t0 = time.perf_counter()
     src = seqloader.tar_shards(folder, transform=_tar_decode)
-    order = _order(len(src), src.blocks(), window, 2, bs)
+    sampler = seqloader.BlockShuffleSampler(src, window=window, seed=0)
     k = 0
-    for b in seqloader.DataLoader(src, batch_size=bs, sampler=order, num_workers=2, seed=0):
+    for b in seqloader.DataLoader(src, batch_size=bs, sampler=sampler, num_workers=2, seed=0):
         k += len(b[0])
     return time.perf_counter() - t0, k
 

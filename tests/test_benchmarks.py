@@ -37,7 +37,7 @@ def test_workloads_are_a_registry_of_row_functions():
     assert list(benchmarks.WORKLOADS) == ["tiny", "images", "cpu", "first_batch",
                                           "resume", "state_size", "loader_tiny", "loader_images",
                                           "iterable_tiny", "iterable_images", "straggler", "stats_overhead",
-                                          "resume_scale", "mix", "sources_parquet", "sources_tar",
+                                          "resume_scale", "mix", "state_dict", "sources_parquet", "sources_tar",
                                           "sources_index", "sources_latency"]
     rows = benchmarks.WORKLOADS["images"](common.Options(quick=True))
     assert [r.loader for r in rows] == ["seqloader", "torch"]
