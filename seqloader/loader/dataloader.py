@@ -44,7 +44,7 @@ from seqloader.loader.state_checks import check_ahead, check_matches, check_posi
 from seqloader.loader.stats import LoaderStats
 from seqloader.loader.steps import schedule_of
 from seqloader.loader.torch_compat import pin_device
-from seqloader.loader.workers import Workers
+from seqloader.loader.workers import Workers, check_worker_restarts
 from seqloader.rng import check_seed
 from seqloader.shuffle_sampler import SeekableSampler
 
@@ -83,11 +83,16 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
             it changes nothing, since every ``state_dict()`` is exact at no per-step cost.
         seed: an int in ``[0, 2**64)``; ``None`` draws one from ``generator`` (torch's default
             generator if ``None``), so ``torch.manual_seed`` before construction reproduces runs.
+        max_worker_restarts: ``0``: a dead worker raises torch's ``RuntimeError``. ``N > 0``
+            (with workers): up to ``N`` times per epoch a fresh worker replaces it and recomputes
+            its batches exactly (logged, counted in ``stats()``); a batch that kills two workers
+            raises, naming its indices; an ``IterableDataset`` needs stream states. See
+            ``docs/multiprocessing.md``, "When a worker dies".
         batch_size_schedule: ``[(step, batch_size), ...]``: from each global step on, batches of
             that size (a ramp-up; ``batch_size`` before the first); resumable anywhere.
 
     Raises:
-        ValueError, TypeError: as torch for bad argument combinations; a bad ``seed``.
+        ValueError, TypeError: as torch for bad argument combinations; a bad ``seed`` or restarts.
 
     Example:
         >>> loader = DataLoader(list(range(15)), batch_size=5, shuffle=True, seed=0)
@@ -107,17 +112,16 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
                  pin_memory: bool = False, drop_last: bool = False, timeout: float = 0,
                  worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
-                 pin_memory_device: str = "", in_order: bool = True,
-                 snapshot_every_n_steps: Optional[int] = 1, seed: Optional[int] = None,
+                 pin_memory_device: str = "", in_order: bool = True, snapshot_every_n_steps: Optional[int] = 1,
+                 seed: Optional[int] = None, max_worker_restarts: int = 0,
                  batch_size_schedule: Optional[Sequence[Any]] = None):
         # seqloader's own attributes come first: Lightning records what is set after torch's
         # __init__ and replays it on the loader it rebuilds (with its DistributedSampler).
         self.shuffle = shuffle
-        # torchdata's knob: how often its workers snapshot their state. Every state_dict() here is
-        # exact at no per-step cost, so it changes nothing; kept for drop-in compatibility.
         self.snapshot_every_n_steps = snapshot_every_n_steps
         self.batch_size_schedule = batch_size_schedule
         self.seed = world.draw_seed(generator) if seed is None else check_seed("DataLoader", seed)
+        self.max_worker_restarts = check_worker_restarts(max_worker_restarts, num_workers)
         # A seed is shared by all ranks when given, loaded, or drawn under an initialised world
         # (draw_seed broadcasts rank 0's). One drawn per process cannot shard a global order.
         self._seed_world = world.current_world()[1] if seed is None else None
@@ -145,8 +149,7 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         # positional arguments by their own signature.
         super().__init__(dataset=dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
                          batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
-                         pin_memory=pin_memory, drop_last=drop_last, timeout=timeout,
-                         worker_init_fn=worker_init_fn,
+                         pin_memory=pin_memory, drop_last=drop_last, timeout=timeout, worker_init_fn=worker_init_fn,
                          multiprocessing_context=multiprocessing_context, generator=generator,
                          prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
                          pin_memory_device=pin_memory_device, in_order=in_order)
@@ -249,12 +252,13 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         """Where the time goes, for the current and the last epoch: is the loop waiting for data?
 
         Returns:
-            ``{"current", "last", "resumes", "hint"}``; see :meth:`LoaderStats.report
-            <seqloader.loader.stats.LoaderStats.report>` for the keys of an epoch's entry.
+            ``{"current": {...} or None, "last": {...} or None, "resumes": int, "hint": str or None}``;
+            an epoch entry is ``EpochStats.as_dict()`` (``loader/stats.py``: ``wait_s``, ``work_s``,
+            ``input_bound``, ``workers``, ``worker_restarts``, ...). ``hint`` suggests more workers
+            only when the loop is input-bound and every worker is busy.
 
         Example:
-            >>> loader = DataLoader(range(8), batch_size=4, seed=0)
-            >>> _ = list(loader)
+            >>> loader = DataLoader(range(8), batch_size=4, seed=0); _ = list(loader)
             >>> s = loader.stats(); s["current"]["batches"], 0 <= s["current"]["input_bound"] <= 1
             (2, True)
         """
@@ -262,11 +266,7 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
 
     def log_stats(self, every_s: Optional[float]) -> None:
         """Log a line on the ``seqloader.stats`` logger (INFO) at most every ``every_s`` seconds
-        while iterating (``None``: off, the default).
-
-        Example:
-            >>> loader = DataLoader(range(8), batch_size=4, seed=0); loader.log_stats(30.0)
-        """
+        while iterating (``None``: off, the default)."""
         if every_s is not None and not every_s > 0:
             raise ValueError(f"DataLoader.log_stats: every_s must be > 0 or None (got {every_s!r})")
         self._stats.log_every_s = every_s

@@ -61,6 +61,10 @@ class EpochBatches(LazySequence):
             note_stage(exc, "DataLoader", key, batch=b, epoch=self._epoch)
             raise
 
+    def indices(self, b: int) -> Any:
+        """The dataset indices batch ``b`` reads (one index with ``batch_size=None``)."""
+        return self._plan.batch(b)[1]
+
     def key(self, b: int) -> int:
         """The global position of batch ``b``'s first sample (its seeding key)."""
         return self._plan.key(b)

@@ -21,10 +21,11 @@ import dataclasses
 import errno
 from typing import Any, Optional
 
+from seqloader.loader.fetch import EpochBatches
 from seqloader.loader.global_rngs import Snapshot
 from seqloader.loader.progress import Progress
 from seqloader.loader.stats import LoaderStats
-from seqloader.loader.torch_compat import open_files_error, pin, worker_error
+from seqloader.loader.torch_compat import open_files_error, pin, poison_error, worker_error
 from seqloader.loader.watermark import Watermark
 from seqloader.prefetcher.faults import INDEX_ATTR, ItemTimeout, WorkerDied
 
@@ -49,9 +50,11 @@ def superseded_error() -> RuntimeError:
                         "load_state_dict(); iterate the loader again")
 
 
-def infrastructure_error(exc: BaseException, timeout: float, batch: int) -> Optional[RuntimeError]:
+def infrastructure_error(exc: BaseException, timeout: float, batch: int, seq: Any = None) -> Optional[RuntimeError]:
     """The error to raise instead of ``exc`` when the workers or their transport failed (a dead
     worker, a timeout, no file descriptor left), in torch's words; ``None`` for a batch's own error.
+    A *poison* batch (it killed a worker and its replacement) is named with its dataset indices
+    (``seq``: the opened sequence of batches).
 
     Example:
         >>> infrastructure_error(KeyError("bad sample"), 0, 3) is None
@@ -63,6 +66,11 @@ def infrastructure_error(exc: BaseException, timeout: float, batch: int) -> Opti
     if isinstance(exc, ItemTimeout):
         return worker_error(timed_out=True, timeout=timeout, batch=batch, worker_id=exc.worker_id, pid=exc.pid,
                             exitcode=None, doing="", detail="")
+    if isinstance(exc, WorkerDied) and exc.poison and exc.item is not None:
+        b = exc.item
+        what = (f"batch {b} (dataset indices {_listed(seq.indices(b))})" if isinstance(seq, EpochBatches)
+                else f"batch {b} (of stream {exc.worker_id})")
+        return poison_error(what=what, worker_id=exc.worker_id, pid=exc.pid, exitcode=exc.exitcode, detail=str(exc))
     if isinstance(exc, WorkerDied):
         doing = f"while producing batch {exc.item}" if exc.item is not None else "while idle"
         return worker_error(timed_out=False, timeout=timeout, batch=batch, worker_id=exc.worker_id, pid=exc.pid,
@@ -70,6 +78,14 @@ def infrastructure_error(exc: BaseException, timeout: float, batch: int) -> Opti
     if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
         return open_files_error(exc)
     return None
+
+
+def _listed(indices: Any) -> Any:
+    """Dataset indices as plain ints, for a message."""
+    try:
+        return [int(i) for i in indices]
+    except TypeError:  # one index (batch_size=None) or a custom sampler's keys
+        return indices
 
 
 @dataclasses.dataclass
@@ -173,7 +189,7 @@ class LoaderIterator:
             else:
                 i, out = low, opened.source[low]
         except Exception as exc:
-            replacement = infrastructure_error(exc, self._timeout, low)
+            replacement = infrastructure_error(exc, self._timeout, low, opened.seq)
             if replacement is not None:  # the workers failed: nothing was consumed
                 raise replacement from exc
             self._consumed(getattr(exc, INDEX_ATTR, None) if opened.unordered else low)

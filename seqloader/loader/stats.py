@@ -5,7 +5,7 @@ An iterator brackets each ``next()`` with :meth:`LoaderStats.start` and :meth:`L
 time spent inside ``next()`` is *waiting* (the loop is input-bound); the time from one ``next()``
 returning to the following call is the loop's own *work*. Their ratio is the input-bound fraction
 of the epoch's wall time. Worker-side numbers (busy time, items computed, read-ahead used, bytes
-through shared memory) come from the prefetcher when workers are used. Always on: the cost is a
+through shared memory, dead workers replaced) come from the prefetcher when workers are used. Always on: the cost is a
 few hundred nanoseconds per batch.
 """
 
@@ -31,9 +31,10 @@ class EpochStats:
         batches: batches returned by ``next()`` (including ones that raised).
         wait_s: seconds spent inside ``next()``: the loop waiting for data.
         work_s: seconds between a ``next()`` returning and the following call: the loop's work.
-        workers: per worker ``{"busy_s", "items"}`` (empty at ``num_workers=0``).
+        workers: per worker ``{"busy_s", "items", "restarts"}`` (empty at ``num_workers=0``).
         ready_mean: the mean number of batches already computed when one was read (read-ahead used).
         shm_bytes: bytes of results that came back through shared memory.
+        worker_restarts: dead workers replaced during the epoch (``max_worker_restarts``).
     """
 
     epoch: int
@@ -43,6 +44,7 @@ class EpochStats:
     workers: list = dataclasses.field(default_factory=list)
     ready_mean: float = 0.0
     shm_bytes: int = 0
+    worker_restarts: int = 0
 
     @property
     def input_bound(self) -> float:
@@ -129,11 +131,12 @@ class LoaderStats:
         now, base = source.counters(), self._base
         assert base is not None  # set with _source by attach()
         cur = self.current
-        cur.workers = [{"busy_s": w["busy_s"] - b["busy_s"], "items": w["items"] - b["items"]}
+        cur.workers = [{k: w[k] - b[k] for k in ("busy_s", "items", "restarts")}
                        for w, b in zip(now["workers"], base["workers"])]
         reads = now["reads"] - base["reads"]
         cur.ready_mean = (now["ready_sum"] - base["ready_sum"]) / reads if reads else 0.0
         cur.shm_bytes = now["shm_bytes"] - base["shm_bytes"]
+        cur.worker_restarts = now["restarts"] - base["restarts"]
 
     def report(self, num_workers: int, cores: Optional[int]) -> dict[str, Any]:
         """``DataLoader.stats()``: the current and last epoch, resumes, and a hint (or ``None``).

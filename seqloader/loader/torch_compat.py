@@ -13,7 +13,8 @@ A torch release is checked here and nowhere else. What seqloader borrows from
   :func:`fetch`; pinning (``pin_memory``): :func:`pin`;
 * torch's words, which user code matches on: a dead worker, a timeout, running out of file
   descriptors, the ``pin_memory`` warnings (:func:`worker_error`, :func:`open_files_error`,
-  :func:`pin_device`).
+  :func:`pin_device`); a batch that killed a worker and its replacement starts with torch's
+  words for the last death (:func:`poison_error`).
 
 Checked against torch 2.13 and its development branch (2026-11): 2.13's ``WorkerInfo`` has the
 fields ``rng`` and ``worker_method``, which torch's process workers leave at their defaults
@@ -41,7 +42,7 @@ from torch.utils.data._utils.fetch import _MapDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
 __all__ = ["collate_in_plain_memory", "fetch", "install_worker_info", "numpy_worker_seed", "open_files_error",
-           "pin", "pin_device", "worker_error", "worker_info_hidden"]
+           "pin", "pin_device", "poison_error", "worker_error", "worker_info_hidden"]
 
 #: torch's default collate functions: the ones that stack into shared memory inside a worker.
 TORCH_COLLATES = (default_collate, default_convert)
@@ -208,12 +209,31 @@ def worker_error(*, timed_out: bool, timeout: float, batch: int, worker_id: Opti
         who = f" from worker {worker_id} (pid {pid})" if pid is not None else ""
         return RuntimeError(f"DataLoader timed out after {timeout} seconds; seqloader: waiting for "
                             f"batch {batch}{who}")
+    return RuntimeError(f"{_death_head(pid, exitcode)}seqloader: worker {worker_id} (pid {pid}) died {doing} "
+                        f"({detail})")
+
+
+def _death_head(pid: Optional[int], exitcode: Optional[int]) -> str:
+    """torch's first sentence for a dead worker."""
     if exitcode is not None and exitcode < 0:
         name = signal.strsignal(-exitcode) or f"signal {-exitcode}"
-        head = f"DataLoader worker (pid {pid}) is killed by signal: {name}. "
-    else:
-        head = f"DataLoader worker (pid(s) {pid}) exited unexpectedly. "
-    return RuntimeError(f"{head}seqloader: worker {worker_id} (pid {pid}) died {doing} ({detail})")
+        return f"DataLoader worker (pid {pid}) is killed by signal: {name}. "
+    return f"DataLoader worker (pid(s) {pid}) exited unexpectedly. "
+
+
+def poison_error(*, what: str, worker_id: Optional[int], pid: Optional[int], exitcode: Optional[int],
+                 detail: str) -> RuntimeError:
+    """A batch that killed a worker and its replacement (``max_worker_restarts``): torch's first
+    sentence for the last death, then the batch (``what``: its number and dataset indices).
+
+    Example:
+        >>> e = poison_error(what="batch 3 (dataset indices [6, 7])", worker_id=1, pid=42, exitcode=-9, detail="...")
+        >>> str(e).split(". seqloader: ")[1].split(";")[0]
+        'batch 3 (dataset indices [6, 7]) killed worker 1 twice (the worker, then its replacement, pid 42)'
+    """
+    return RuntimeError(f"{_death_head(pid, exitcode)}seqloader: {what} killed worker {worker_id} twice (the "
+                        f"worker, then its replacement, pid {pid}); it is a poison batch and is not computed "
+                        f"again: look at what its samples do (memory use, a crashing decoder) ({detail})")
 
 
 def open_files_error(exc: OSError) -> RuntimeError:

@@ -7,7 +7,8 @@ The prefetcher (L2) knows nothing of torch's ``DataLoader``; the loader hands it
 ``torch.utils.data.get_worker_info()`` returns (both through :mod:`seqloader.loader.torch_compat`),
 then call the user's ``worker_init_fn``.
 :class:`Workers` owns the loader's live :class:`~seqloader.prefetcher.prefetch.Prefetch`: opened per
-epoch, or kept and re-targeted with ``persistent_workers``.
+epoch, or kept and re-targeted with ``persistent_workers``; with ``max_worker_restarts`` it heals
+(``prefetch(restarts=, respawn=)``: a dead worker is replaced, with the same ``TorchWorkerSetup``).
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
+from seqloader.errors import check_int
 from seqloader.loader.torch_compat import install_worker_info, numpy_worker_seed
 from seqloader.prefetcher.api import prefetch
 from seqloader.prefetcher.prefetch import Prefetch
 from seqloader.rng import derive_seed
 
-__all__ = ["TorchWorkerSetup", "Workers", "worker_base_seed"]
+__all__ = ["TorchWorkerSetup", "Workers", "check_worker_restarts", "worker_base_seed"]
 
 
 class TorchWorkerSetup:
@@ -62,6 +64,25 @@ class TorchWorkerSetup:
             self.user_fn(worker_id)
 
 
+def check_worker_restarts(value: Any, num_workers: Any) -> int:
+    """``DataLoader(max_worker_restarts=)`` as a non-negative int; it needs worker processes.
+
+    Example:
+        >>> check_worker_restarts(2, num_workers=4)
+        2
+        >>> check_worker_restarts(1, num_workers=0)
+        Traceback (most recent call last):
+        ValueError: DataLoader: max_worker_restarts=1 needs num_workers > 0 (got num_workers=0): there is no worker process to replace
+    """
+    n = check_int("DataLoader", "max_worker_restarts", value)
+    if n < 0:
+        raise ValueError(f"DataLoader: max_worker_restarts must be >= 0 (got {n}); 0 raises torch's error when "
+                         "a worker dies")
+    if n and num_workers == 0:
+        raise ValueError(f"DataLoader: max_worker_restarts={n} needs num_workers > 0 (got num_workers=0): "
+                         "there is no worker process to replace")
+    return n
+
 
 def worker_base_seed(seed: int, epoch: int) -> int:
     """The base seed of the workers started for ``epoch`` (a signed-64-bit-safe int, like torch's).
@@ -84,21 +105,33 @@ class Workers:
 
     def __init__(self) -> None:
         self.prefetch: Optional[Prefetch] = None   # the persistent one, if any
+        self._respawn: Optional[Callable[[int], Any]] = None  # its current epoch's respawn
 
-    def open(self, loader: Any, seq: Any, epoch: int, affinity: bool = True) -> Prefetch:
+    def open(self, loader: Any, seq: Any, epoch: int, affinity: bool = True,
+             respawn: Optional[Callable[[int], Any]] = None) -> Prefetch:
         """A ``Prefetch`` reading ``seq`` (the batches of ``epoch``) with ``loader``'s settings;
-        ``affinity``: batch ``i`` on worker ``i % num_workers`` (else any free worker)."""
+        ``affinity``: batch ``i`` on worker ``i % num_workers`` (else any free worker);
+        ``respawn``: what a replacement of a dead worker reads (``None``: ``seq``), with
+        ``max_worker_restarts``."""
+        self._respawn = respawn
         if self.prefetch is not None and not self.prefetch.closed:
             self.prefetch.reset(seq)
             return self.prefetch
         setup = TorchWorkerSetup(loader.num_workers, worker_base_seed(loader.seed, epoch),
                                  loader.dataset, loader.worker_init_fn)
+        restarts = loader.max_worker_restarts
+        if restarts and loader.persistent_workers:
+            respawn = self._respawn_current  # follows reset(): each epoch brings its own
         pf = prefetch(seq, loader.num_workers, prefetch_factor=loader.prefetch_factor,
                       multiprocessing_context=loader.multiprocessing_context, worker_init_fn=setup,
-                      timeout=loader.timeout, shared=loader.dataset, affinity=affinity)
+                      timeout=loader.timeout, shared=loader.dataset, affinity=affinity, restarts=restarts,
+                      respawn=respawn if restarts else None)
         if loader.persistent_workers:
             self.prefetch = pf
         return pf
+
+    def _respawn_current(self, worker_id: int) -> Any:
+        return None if self._respawn is None else self._respawn(worker_id)
 
     def is_persistent(self, pf: Any) -> bool:
         """Whether ``pf`` is the loader's persistent ``Prefetch`` (not an iterator's own)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
 
 from seqloader.errors import check_positive_int
-from seqloader.prefetcher.checks import check_seq, check_timeout, check_workers, resolve_context
+from seqloader.prefetcher.checks import check_restarts, check_seq, check_timeout, check_workers, resolve_context
 from seqloader.sequences.threaded import ThreadPrefetch
 
 if TYPE_CHECKING:  # imported lazily below: importing it imports torch
@@ -25,18 +25,21 @@ METHODS = ("process", "thread")
 @overload
 def prefetch(seq: Sequence, num_workers: int, *, method: Literal["process"] = ..., prefetch_factor: int = ...,
              multiprocessing_context: Any = ..., worker_init_fn: Callable[[int], None] | None = ...,
-             timeout: float = ..., shared: Any = ..., affinity: bool = ...) -> Prefetch: ...
+             timeout: float = ..., shared: Any = ..., affinity: bool = ..., restarts: int = ...,
+             respawn: Callable[[int], Any] | None = ...) -> Prefetch: ...
 
 
 @overload
 def prefetch(seq: Sequence, num_workers: int, *, method: Literal["thread"], prefetch_factor: int = ...,
              multiprocessing_context: Any = ..., worker_init_fn: Callable[[int], None] | None = ...,
-             timeout: float = ..., shared: Any = ..., affinity: bool = ...) -> ThreadPrefetch: ...
+             timeout: float = ..., shared: Any = ..., affinity: bool = ..., restarts: int = ...,
+             respawn: Callable[[int], Any] | None = ...) -> ThreadPrefetch: ...
 
 
 def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefetch_factor: int = 2,
              multiprocessing_context: Any = None, worker_init_fn: Callable[[int], None] | None = None,
-             timeout: float = 0, shared: Any = None, affinity: bool = True) -> Prefetch | ThreadPrefetch:
+             timeout: float = 0, shared: Any = None, affinity: bool = True, restarts: int = 0,
+             respawn: Callable[[int], Any] | None = None) -> Prefetch | ThreadPrefetch:
     """Compute the items of ``seq`` ahead of the reader, in ``num_workers`` worker processes
     (or, with ``method="thread"``, threads of this process).
 
@@ -57,7 +60,12 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
     :class:`seqloader.threads.ThreadPool`): the same ordering, seeking, error and timeout rules,
     for items that wait on I/O or on code that releases the GIL. Nothing is pickled or copied,
     torch is not imported, and the process-only arguments (``multiprocessing_context``,
-    ``worker_init_fn``, ``shared``, ``affinity``) are refused.
+    ``worker_init_fn``, ``shared``, ``affinity``, ``restarts``, ``respawn``) are refused.
+
+    With ``restarts=N`` a worker that dies (killed by a signal, a segfault, ``os._exit``) is
+    replaced by a fresh one with the same ``worker_id`` and ``worker_init_fn``, which recomputes
+    the items the reader had not got yet, at most ``N`` times per sequence; an item that kills
+    two workers is never computed a third time (:mod:`seqloader.prefetcher.healing`).
 
     Args:
         seq: a sequence (``len`` and integer indexing); picklable for ``spawn``/``forkserver``.
@@ -79,14 +87,23 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
             torch's assignment (a worker may then keep per-process state for its items).
             ``False``: by any worker with room (the least busy), so under :meth:`Prefetch.take`
             a slow item holds up no other item.
+        restarts: how many dead workers are replaced while reading one sequence (the first,
+            and each :meth:`Prefetch.reset`'s); ``0`` (default): a dead worker raises
+            ``WorkerDied``. Each replacement logs a WARNING (logger ``seqloader``) and is
+            counted in :meth:`Prefetch.counters`.
+        respawn: ``respawn(worker_id) -> seq or None``, called in this process when worker
+            ``worker_id`` is replaced: the sequence its replacement reads (``None``: the current
+            one). For workers that keep per-process state (a stream), so that the replacement
+            resumes right after the last item returned. Needs ``restarts > 0``.
 
     Returns:
         A :class:`Prefetch` of ``len(seq)`` items (a ``ThreadPrefetch`` for ``method="thread"``).
 
     Raises:
         TypeError: ``seq`` has no ``len``; an argument has the wrong type.
-        ValueError: ``num_workers < 1``, ``prefetch_factor < 1``, ``timeout < 0``, an unknown
-            start method or ``method``, or a process-only argument with ``method="thread"``.
+        ValueError: ``num_workers < 1``, ``prefetch_factor < 1``, ``timeout < 0``, ``restarts < 0``,
+            ``respawn`` without ``restarts``, an unknown start method or ``method``, or a
+            process-only argument with ``method="thread"``.
 
     Example:
         >>> with prefetch(range(10), num_workers=2) as p:
@@ -106,7 +123,7 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
         raise ValueError(f"prefetch: method must be 'process' or 'thread' (got {method!r})")
     check_seq("prefetch", seq)
     if method == "thread":
-        _check_thread_arguments(multiprocessing_context, worker_init_fn, shared, affinity)
+        _check_thread_arguments(multiprocessing_context, worker_init_fn, shared, affinity, restarts, respawn)
         return ThreadPrefetch(seq, check_workers(num_workers), prefetch_factor, timeout)
     from seqloader.prefetcher.prefetch import Prefetch  # lazily: it imports torch
 
@@ -117,10 +134,13 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
         raise TypeError(f"prefetch: worker_init_fn must be callable or None (got {type(worker_init_fn).__name__})")
     if not isinstance(affinity, bool):
         raise TypeError(f"prefetch: affinity must be a bool (got {type(affinity).__name__})")
-    return Prefetch(seq, workers, prefetch_factor, ctx, worker_init_fn, check_timeout(timeout), shared, affinity)
+    restarts = check_restarts(restarts, respawn)
+    return Prefetch(seq, workers, prefetch_factor, ctx, worker_init_fn, check_timeout(timeout), shared, affinity,
+                    restarts, respawn)
 
 
-def _check_thread_arguments(multiprocessing_context: Any, worker_init_fn: Any, shared: Any, affinity: Any) -> None:
+def _check_thread_arguments(multiprocessing_context: Any, worker_init_fn: Any, shared: Any, affinity: Any,
+                            restarts: Any, respawn: Any) -> None:
     """Refuse the process-only arguments of :func:`prefetch` under ``method="thread"``."""
     why = {
         "multiprocessing_context": "threads start no process",
@@ -128,9 +148,12 @@ def _check_thread_arguments(multiprocessing_context: Any, worker_init_fn: Any, s
                           "resources lazily (threading.local)",
         "shared": "threads share this process's objects",
         "affinity": "any free thread computes the next queued item",
+        "restarts": "threads do not die as processes do",
+        "respawn": "threads do not die as processes do",
     }
     given = {"multiprocessing_context": multiprocessing_context, "worker_init_fn": worker_init_fn,
-             "shared": shared, "affinity": None if affinity is True else affinity}
+             "shared": shared, "affinity": None if affinity is True else affinity,
+             "restarts": None if restarts == 0 else restarts, "respawn": respawn}
     for name, value in given.items():
         if value is not None:
             raise ValueError(f"prefetch: {name} applies to method='process' only (got {value!r} with "

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from seqloader.errors import check_int
 
-__all__ = ["check_seq", "check_skip", "check_timeout", "check_workers", "resolve_context"]
+__all__ = ["check_restarts", "check_seq", "check_skip", "check_timeout", "check_workers", "resolve_context"]
 
 
 def check_seq(op: str, seq: Any) -> int:
@@ -36,6 +36,27 @@ def check_workers(num_workers: Any) -> int:
     if n < 1:
         raise ValueError(f"prefetch: num_workers must be a positive int (got {n}); to evaluate in this process, "
                          "read the sequence directly")
+    return n
+
+
+def check_restarts(restarts: Any, respawn: Any) -> int:
+    """``restarts`` as a non-negative int, and ``respawn`` a callable used with it.
+
+    Example:
+        >>> check_restarts(2, None)
+        2
+        >>> check_restarts(0, print)
+        Traceback (most recent call last):
+        ValueError: prefetch: respawn is called only when a dead worker is replaced; pass restarts > 0 too (got restarts=0)
+    """
+    n = check_int("prefetch", "restarts", restarts)
+    if n < 0:
+        raise ValueError(f"prefetch: restarts must be >= 0 (got {n}); 0 raises WorkerDied when a worker dies")
+    if respawn is not None and not callable(respawn):
+        raise TypeError(f"prefetch: respawn must be callable or None (got {type(respawn).__name__})")
+    if respawn is not None and n == 0:
+        raise ValueError("prefetch: respawn is called only when a dead worker is replaced; pass restarts > 0 "
+                         "too (got restarts=0)")
     return n
 
 

@@ -1,4 +1,5 @@
-"""The parent's side of the workers: process handles, job scheduling, and the shutdown protocol.
+"""The parent's side of the workers: process handles, job scheduling, the shutdown protocol and
+the healing protocol (replacing a dead worker, :mod:`seqloader.prefetcher.healing`).
 
 :class:`WorkerHandle` is one worker process with its two pipes and the jobs it has not answered;
 :class:`Crew` is the set of workers plus their shared-memory :class:`~seqloader.prefetcher.shm.SlotPool`:
@@ -62,7 +63,10 @@ JOIN_TIMEOUT = 2.0
 #     its parent pid changes or the reader's pid is gone (reader SIGKILLed), or on EOF/EPIPE;
 #     on that path it also unlinks any slot name it was given that might still exist.
 #   * Workers ignore SIGINT: Ctrl-C raises KeyboardInterrupt in the reader only, and the
-#     reader's close()/finalizer stops the workers.
+#     reader's close()/finalizer stops the workers. The reader holds SIGINT while it reads or
+#     writes one message (so a pipe never holds half a message); an interrupted read starts a
+#     new generation and awaits no earlier reply (Inbox.interrupted: a reply read but not
+#     handled would otherwise be waited for forever).
 #
 # close() -- idempotent; also run by weakref.finalize when the Prefetch is garbage collected
 # and at interpreter exit (after an error, `break`, `del`, KeyboardInterrupt):
@@ -75,6 +79,32 @@ JOIN_TIMEOUT = 2.0
 #      still exported by a leased value is unmapped when that value dies).
 # Exhausting the sequence does *not* stop the workers: they are long-lived (seeks, reset()) and
 # idle cheaply in poll(); the Prefetch owns them until close(), `with`, del or gc.
+#
+# NOTE [ seqloader prefetch: healing (restarts > 0) ]  (healing.py; docs/design.md)
+#
+# Who replaces. Only the reader, inside Inbox.pump (every wait goes through it), so never between
+# popping a result and returning it: at a pump, every item read so far has been returned to the
+# caller. A worker found dead there (sentinel, or is_alive() after a quiet poll) is drained first:
+# a WorkerFailed it reported is raised as without healing. A job pipe that breaks while sending
+# (Crew.submit) keeps the job in `unsent` and marks the worker broken (no room); the next pump
+# sees the death. Then Healer.heal, in this order:
+#   1. refuse (WorkerDied, everything closed) when the worker died before its set-up finished and
+#      itself replaced one that did too; when the item it was producing already killed a worker
+#      of this sequence (a poison item, WorkerDied.poison); when `restarts` replacements were
+#      made for this sequence already (a reset() starts a new count);
+#   2. collect what it owed of the current generation: jobs without a reply, unsent jobs, and
+#      replies that arrived but were not returned (dropped). An item returned is consumed;
+#      everything after that of the dead worker is recomputed. Older generations are dropped;
+#   3. seq = respawn(worker_id) if given (its error: WorkerDied with it as __cause__), else (or
+#      if it returns None) the current sequence;
+#   4. Crew.replace: unregister and reap the dead process, close its pipes, SlotPool.retire its
+#      slots (free and busy ones destroyed, their names unlinked if still there; leased ones kept
+#      valid and destroyed when their values die), start a new process with the same
+#      WorkerConfig (worker_id, worker_init_fn, parent pid) reading seq, in the same place;
+#   5. resubmit the owed items to it in increasing order (they queue in its pipe while it runs
+#      its set-up; it sends Ready first); log a WARNING on the `seqloader` logger; count it.
+# A replacement whose set-up takes longer than the start bound raises RuntimeError at a pump.
+# Busy time, items and restarts of a worker id carry over to its replacement (counters()).
 
 
 class Crew:
@@ -97,21 +127,37 @@ class Crew:
         try:
             for w in range(self.num_workers):
                 config = WorkerConfig(w, self.num_workers, os.getpid(), self.worker_init_fn, gen)
-                try:
-                    h = WorkerHandle(self.ctx, config, self.shared, seq)
-                except (pickle.PicklingError, TypeError, AttributeError) as exc:
-                    raise TypeError(f"prefetch: cannot start worker {w} with the "
-                                    f"{self.ctx.get_start_method()!r} start method, which pickles the "
-                                    f"sequence, shared object and worker_init_fn ({type(exc).__name__}: "
-                                    f"{exc}); make them picklable (module-level functions) or use 'fork'") from exc
-                self.handles.append(h)
-                self._poll.register(h.results.fileno(), select.POLLIN)
-                self._poll.register(h.sentinel, select.POLLIN)
-                self._by_fd[h.results.fileno()] = (h, False)
-                self._by_fd[h.sentinel] = (h, True)
+                self.handles.append(self._launch(config, seq))
         except BaseException:
             self.close()
             raise
+
+    def _launch(self, config: WorkerConfig, seq) -> "WorkerHandle":
+        try:
+            h = WorkerHandle(self.ctx, config, self.shared, seq)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise TypeError(f"prefetch: cannot start worker {config.worker_id} with the "
+                            f"{self.ctx.get_start_method()!r} start method, which pickles the "
+                            f"sequence, shared object and worker_init_fn ({type(exc).__name__}: "
+                            f"{exc}); make them picklable (module-level functions) or use 'fork'") from exc
+        self._poll.register(h.results.fileno(), select.POLLIN)
+        self._poll.register(h.sentinel, select.POLLIN)
+        self._by_fd[h.results.fileno()] = (h, False)
+        self._by_fd[h.sentinel] = (h, True)
+        return h
+
+    def replace(self, h: "WorkerHandle", seq) -> "WorkerHandle":
+        """Start a replacement for the dead worker ``h``: the same ``WorkerConfig`` (id, set-up),
+        reading ``seq``; ``h`` is reaped and its slots retired (see the healing NOTE above)."""
+        for fd in (h.results.fileno(), h.sentinel):
+            self._poll.unregister(fd)
+            del self._by_fd[fd]
+        h.join(time.monotonic())
+        self.pool.retire(h.worker_id)
+        new = self._launch(h.config, seq)
+        new.busy_s, new.items, new.restarts = h.busy_s, h.items, h.restarts + 1
+        self.handles[h.worker_id] = new
+        return new
 
     def poll(self, timeout: float) -> list[tuple[WorkerHandle, bool]]:
         """Wait up to ``timeout`` s for replies or exits: ``[(worker, is_exit), ...]``."""
@@ -122,17 +168,26 @@ class Crew:
         (torch's assignment) with ``affinity``, else the least busy one."""
         if self.affinity:
             h = self.handles[index % len(self.handles)]
-            return h if len(h.pending) < self.prefetch_factor else None
-        best = min(self.handles, key=lambda h: len(h.pending))
-        return best if len(best.pending) < self.prefetch_factor else None
+            return h if h.room(self.prefetch_factor) > 0 else None
+        best = max(self.handles, key=lambda h: h.room(self.prefetch_factor))
+        return best if best.room(self.prefetch_factor) > 0 else None
 
     def submit(self, h: WorkerHandle, gen: int, index: int) -> None:
-        forgotten = self.pool.take_forgotten(h.worker_id)
-        if forgotten:
-            h.send(Forget(forgotten))
+        """Send job ``(gen, index)`` to ``h``. A worker whose job pipe is broken is gone: the job
+        is kept in ``h.unsent`` and the death is handled by the reader's next wait (which sees
+        the process sentinel), never in the middle of handing out results."""
         sid, name = self.pool.acquire(h.worker_id)
-        h.send(Job(gen, index, sid, name))
-        h.pending.append((gen, index, sid))
+        if not h.broken:
+            try:
+                forgotten = self.pool.take_forgotten(h.worker_id)
+                if forgotten:
+                    h.send(Forget(forgotten))
+                h.send(Job(gen, index, sid, name))
+                h.pending.append((gen, index, sid))
+                return
+            except (BrokenPipeError, ConnectionResetError):  # other OSErrors propagate
+                h.broken = True
+        h.unsent.append((gen, index, sid))
 
     def close(self) -> None:
         """The shutdown protocol (see the NOTE above); idempotent."""
@@ -147,6 +202,21 @@ class Crew:
                 h.join(deadline)
         finally:
             self.pool.close()
+
+
+_SIGMASK = hasattr(signal, "pthread_sigmask")
+
+
+def _hold_sigint():
+    """Hold SIGINT in this thread while one message is written or read whole: a Ctrl-C between a
+    message's length and its bytes would leave the pipe out of step for good. The held signal is
+    delivered by :func:`_release_sigint` (``KeyboardInterrupt`` right after the message)."""
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if _SIGMASK else None
+
+
+def _release_sigint(held) -> None:
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -187,23 +257,42 @@ class WorkerHandle:
         finally:
             jobs_r.close()
             results_w.close()
+        self.config = config
         self.pid = self.process.pid
         self.sentinel = self.process.sentinel
+        self.started_at = time.monotonic()
         self.pending: collections.deque = collections.deque()  # (gen, index, slot_id)
+        self.unsent: list = []  # jobs not sent: the job pipe broke (the worker is gone)
+        self.broken = False
         self.set_up = False  # it has sent Ready
         self.busy_s, self.items = 0.0, 0  # time spent computing items, and how many
+        self.restarts = 0  # workers with this id that died and were replaced before this one
+        self.replaces_starting = False  # it replaces a worker that died before its set-up finished
+        self._joined = False
         self._poll = select.poll()
         self._poll.register(self.results.fileno(), select.POLLIN)
+
+    def room(self, prefetch_factor: int) -> int:
+        """How many more jobs it may take (none once its job pipe broke)."""
+        return 0 if self.broken else prefetch_factor - len(self.pending)
 
     def readable(self) -> bool:
         """Whether a reply (or EOF) is waiting on the result pipe."""
         return bool(self._poll.poll(0))
 
     def send(self, msg) -> None:
-        send(self.jobs, msg)
+        held = _hold_sigint()
+        try:
+            send(self.jobs, msg)
+        finally:
+            _release_sigint(held)
 
     def recv(self):
-        return recv(self.results)
+        held = _hold_sigint()
+        try:
+            return recv(self.results)
+        finally:
+            _release_sigint(held)
 
     def exit_description(self) -> str:
         self.process.join(timeout=1.0)  # the sentinel fires a moment before the exit code is ready
@@ -217,7 +306,11 @@ class WorkerHandle:
             pass
 
     def join(self, deadline: float) -> None:
-        """Wait until ``deadline`` (``time.monotonic``), then SIGTERM, then SIGKILL; close pipes."""
+        """Wait until ``deadline`` (``time.monotonic``), then SIGTERM, then SIGKILL; close pipes.
+        Idempotent."""
+        if self._joined:
+            return
+        self._joined = True
         p = self.process
         if p.pid is not None:
             p.join(timeout=max(0.0, deadline - time.monotonic()))

@@ -23,12 +23,15 @@ class WorkerDied(RuntimeError):
         worker_id, pid: which worker.
         exitcode: its exit status (negative: killed by signal ``-exitcode``; ``None``: unknown).
         item: the item it was producing, or ``None`` if it was idle or setting up.
+        poison: ``item`` killed two workers (the original and its replacement, see
+            :mod:`seqloader.prefetcher.healing`): it is not computed again.
     """
 
     def __init__(self, message: str, *, worker_id: int, pid: int, exitcode: int | None,
-                 item: int | None):
+                 item: int | None, poison: bool = False):
         super().__init__(message)
         self.worker_id, self.pid, self.exitcode, self.item = worker_id, pid, exitcode, item
+        self.poison = poison
 
 
 class ItemTimeout(RuntimeError):

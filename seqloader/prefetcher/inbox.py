@@ -6,15 +6,16 @@ handled), and :meth:`Inbox.pump`: the single wait every reader uses (in-order re
 :meth:`~seqloader.prefetcher.prefetch.Prefetch.take` and
 :meth:`~seqloader.prefetcher.prefetch.Prefetch.start`). A pump is one ``poll`` on every result
 pipe *and* every process sentinel, at most :data:`STATUS_CHECK_INTERVAL` seconds long, followed
-by a liveness check; a dead worker or a failed set-up closes the workers and raises (see the
-shutdown NOTE in :mod:`seqloader.prefetcher.crew`).
+by a liveness check; a dead worker is replaced by the owner's :class:`~seqloader.prefetcher.healing.Healer`
+(``restarts > 0``) or closes the workers and raises, and a failed set-up closes the workers and
+raises (see the shutdown and healing NOTEs in :mod:`seqloader.prefetcher.crew`).
 """
 
 from __future__ import annotations
 
 import pickle
 import time
-from typing import NoReturn
+from typing import Any, Callable, NoReturn, Optional
 
 from seqloader.prefetcher.crew import Crew, WorkerHandle
 from seqloader.prefetcher.faults import ItemTimeout, WorkerDied, rebuild_error
@@ -44,6 +45,7 @@ class Inbox:
         self.shm_bytes = 0   # bytes of replies that came through shared-memory slots
         self.reads = 0       # items read ...
         self.ready_sum = 0   # ... and how many were already computed at each read (read-ahead used)
+        self.healer: Any = None  # a Healer when dead workers are replaced (restarts > 0)
 
     def new_generation(self) -> None:
         """Queued jobs become stale, unread results are dropped (their slots released)."""
@@ -51,6 +53,15 @@ class Inbox:
         for msg, _ in self.ready.values():
             self.crew.pool.release(msg.payload.slot_id)
         self.ready.clear()
+
+    def interrupted(self) -> None:
+        """A new generation after ``KeyboardInterrupt`` cut the bookkeeping short, waiting for no
+        reply sent before: one may have been read from its pipe but not handled, and a worker
+        whose jobs all wait for such a reply would never be sent another. Replies that still come
+        answer no pending job and are freed on arrival (:meth:`handle`)."""
+        self.new_generation()
+        for h in self.crew.handles:
+            h.pending.clear()
 
     def pump(self, wait_s: float, reading: int | None) -> bool:
         """Wait up to ``wait_s`` (at most :data:`STATUS_CHECK_INTERVAL`) and handle what came.
@@ -63,7 +74,7 @@ class Inbox:
             Whether any reply or exit woke the wait.
 
         Raises:
-            WorkerDied: a worker is gone (the workers are closed first).
+            WorkerDied: a worker is gone and is not replaced (the workers are closed first).
             Exception: a worker's set-up failed: its own error (the workers are closed first).
         """
         crew = self.crew
@@ -73,9 +84,28 @@ class Inbox:
             dead = [h for h in crew.handles if not h.process.is_alive()]
         for h in {h for h, _ in events} | set(dead):
             self.drain(h)
-        if dead:
-            self.fail_dead(dead[0], reading)
+        for h in dead:
+            if self.healer is None:
+                self.fail_dead(h, reading)
+            self.healer.heal(self, h, reading)
+        if self.healer is not None:
+            self.healer.check_starting(self)
         return bool(events)
+
+    def wait(self, done: Callable[[], bool], timeout: float, reading: Callable[[], int],
+             fill: Callable[[], None], waiting_for: Callable[[], str]) -> None:
+        """Pump until ``done()``, calling ``fill()`` after each pump (bounded and liveness-checked).
+
+        Raises:
+            ItemTimeout: with ``timeout > 0``, nothing came for ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        while not done():
+            wait_s = STATUS_CHECK_INTERVAL if deadline is None else max(0.0, deadline - time.monotonic())
+            events = self.pump(wait_s, reading())
+            fill()
+            if not events and deadline is not None and time.monotonic() >= deadline and not done():
+                raise self.timeout(timeout, reading(), waiting_for())
 
     def wait_started(self, limit: float) -> None:
         """Wait until every worker has sent :class:`Ready`, bounded by ``limit`` s and liveness."""
@@ -153,21 +183,30 @@ class Inbox:
                            seconds=seconds, item=item, worker_id=None if h is None else h.worker_id,
                            pid=None if h is None else h.pid)
 
-    def fail_dead(self, h: WorkerHandle, reading: int | None) -> NoReturn:
-        """Raise for a worker that is gone: the reason it reported last, if any (a worker that
-        sent :class:`WorkerFailed` exits at once, so a send to it can fail before its report is
-        read), else :class:`WorkerDied`."""
-        self.drain(h)  # raises its WorkerFailed, if it sent one
-        item = h.pending[0][1] if h.pending else None
-        if item is not None:
-            what = f"while producing item {item}"
-        elif not h.set_up:
+    def death(self, h: WorkerHandle, reading: int | None) -> tuple[str, Optional[int]]:
+        """How worker ``h`` died, for messages, and the item it was producing (``None``: it was
+        idle or had not finished its set-up)."""
+        item = h.pending[0][1] if h.pending and h.set_up else None
+        if not h.set_up:
             what = "while starting (before its set-up and worker_init_fn finished)"
+        elif item is not None:
+            what = f"while producing item {item}"
         else:
             what = "while idle" + (f" (reading item {reading})" if reading is not None else "")
-        msg = f"seqloader worker {h.worker_id} (pid {h.pid}) {h.exit_description()} {what}"
-        self.fail(msg, WorkerDied(f"{self.label}: {msg}", worker_id=h.worker_id, pid=h.pid,
-                                  exitcode=h.process.exitcode, item=item))
+        return f"seqloader worker {h.worker_id} (pid {h.pid}) {h.exit_description()} {what}", item
+
+    def fail_dead(self, h: WorkerHandle, reading: int | None, why_not: str = "",
+                  cause: BaseException | None = None, poison: bool = False) -> NoReturn:
+        """Raise for a worker that is gone: the reason it reported last, if any (a worker that
+        sent :class:`WorkerFailed` exits at once, so a send to it can fail before its report is
+        read), else :class:`WorkerDied` (``why_not``: why it is not replaced, appended)."""
+        self.drain(h)  # raises its WorkerFailed, if it sent one
+        msg, item = self.death(h, reading)
+        msg += why_not
+        exc = WorkerDied(f"{self.label}: {msg}", worker_id=h.worker_id, pid=h.pid,
+                         exitcode=h.process.exitcode, item=item, poison=poison)
+        exc.__cause__ = cause
+        self.fail(msg, exc)
 
     def fail(self, why: str, exc: BaseException) -> NoReturn:
         """Close the workers and slots (the shutdown protocol), then raise ``exc``."""

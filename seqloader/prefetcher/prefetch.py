@@ -6,14 +6,15 @@ computed by worker ``i % num_workers`` of ``num_workers`` long-lived processes (
 ``i`` keeps ``i+1 .. i+num_workers*prefetch_factor`` in flight; reading another item than the
 next *re-targets* the workers (items in between are never computed). :meth:`Prefetch.take` reads
 in *completion* order (:mod:`seqloader.prefetcher.unordered`); :meth:`Prefetch.seek` positions
-both readers; :meth:`Prefetch.reset` points the workers at a new sequence; :meth:`Prefetch.start`
-starts them. Results travel through shared memory (:mod:`seqloader.prefetcher.shm`). Worker
-set-up beyond one intra-op thread (seeds, torch's ``WorkerInfo``) is the caller's ``worker_init_fn``.
+both readers (:mod:`seqloader.prefetcher.ordered` reads in order); :meth:`Prefetch.reset` points
+the workers at a new sequence; :meth:`Prefetch.start` starts them. Results travel through shared
+memory (:mod:`seqloader.prefetcher.shm`). Worker set-up beyond one intra-op thread (seeds, torch's
+``WorkerInfo``) is the caller's ``worker_init_fn``. With ``restarts > 0`` a dead worker is
+replaced (:mod:`seqloader.prefetcher.healing`).
 """
 
 from __future__ import annotations
 
-import time
 import weakref
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -21,8 +22,10 @@ from seqloader.errors import check_int, check_positive_int
 from seqloader.prefetcher.checks import check_seq, check_skip
 from seqloader.prefetcher.crew import Crew
 from seqloader.prefetcher.faults import ItemTimeout, WorkerDied
-from seqloader.prefetcher.inbox import START_TIMEOUT, STATUS_CHECK_INTERVAL, Inbox
+from seqloader.prefetcher.healing import Healer
+from seqloader.prefetcher.inbox import START_TIMEOUT, Inbox
 from seqloader.prefetcher.messages import Result, Retarget
+from seqloader.prefetcher.ordered import InOrder
 from seqloader.prefetcher.shm import read_and_release
 from seqloader.prefetcher.unordered import Taker, TakeWindow
 from seqloader.prefetcher.worker import dumps_seq
@@ -30,8 +33,8 @@ from seqloader.sequences.base import LazySequence
 
 __all__ = ["ItemTimeout", "Prefetch", "WorkerDied"]
 
-# NOTE: ownership of processes and shared memory, the messages, starting, the liveness checks and
-# the shutdown protocol are described in the NOTE next to Crew.close() in crew.py.
+# NOTE: ownership of processes and shared memory, the messages, starting, the liveness checks,
+# healing and the shutdown protocol are described in the NOTEs next to Crew.close() in crew.py.
 
 
 class Prefetch(LazySequence):
@@ -45,13 +48,16 @@ class Prefetch(LazySequence):
 
     def __init__(self, seq: Sequence[Any], num_workers: int, prefetch_factor: int, ctx: Any,
                  worker_init_fn: Optional[Callable[[int], None]], timeout: float, shared: Any,
-                 affinity: bool = True):
+                 affinity: bool = True, restarts: int = 0, respawn: Optional[Callable[[int], Any]] = None):
         self._seq, self._len, self._timeout = seq, len(seq), timeout
         self._shared = shared if shared is not None else seq
-        self._next_read = self._next_submit = 0  # in-order reading; -1: not reading in order
         self._taker: Taker | None = None  # out-of-order reading (take), if that is the mode
         self._crew = Crew(ctx, num_workers, prefetch_factor, worker_init_fn, self._shared, affinity)
         self._inbox = Inbox(self._crew, repr(self))
+        self._in_order = InOrder(self._inbox, self._crew)  # in-order reading; -1: not reading in order
+        self._in_order.restart(0, self._len)
+        if restarts:
+            self._inbox.healer = Healer(restarts, respawn, seq, max(START_TIMEOUT, timeout))
         self._ready = self._inbox.ready  # the same dict: index -> (Result or Failure, worker)
         self._finalizer = weakref.finalize(self, self._crew.close)
 
@@ -98,10 +104,11 @@ class Prefetch(LazySequence):
         """Where the workers' time went, since they started (readable after :meth:`close` too).
 
         Returns:
-            ``{"workers": [{"busy_s": float, "items": int}, ...], "reads": int,
-            "ready_sum": int, "shm_bytes": int}``: per worker the seconds spent computing items
-            and how many; items read in order and the sum, over those reads, of the items already
-            computed at that moment (read-ahead used); bytes that came through shared memory.
+            ``{"workers": [{"busy_s": float, "items": int, "restarts": int}, ...], "reads": int,
+            "ready_sum": int, "shm_bytes": int, "restarts": int}``: per worker the seconds spent
+            computing items, how many, and how many times it died and was replaced (``restarts=``);
+            items read in order and the sum, over those reads, of the items already computed at
+            that moment (read-ahead used); bytes that came through shared memory; replacements.
 
         Example:
             >>> from seqloader import prefetch
@@ -110,9 +117,10 @@ class Prefetch(LazySequence):
             >>> c = p.counters(); sum(w["items"] for w in c["workers"]), c["reads"]
             (4, 4)
         """
-        inbox = self._inbox
-        return {"workers": [{"busy_s": h.busy_s, "items": h.items} for h in self._crew.handles],
-                "reads": inbox.reads, "ready_sum": inbox.ready_sum, "shm_bytes": inbox.shm_bytes}
+        inbox, handles = self._inbox, self._crew.handles
+        return {"workers": [{"busy_s": h.busy_s, "items": h.items, "restarts": h.restarts} for h in handles],
+                "reads": inbox.reads, "ready_sum": inbox.ready_sum, "shm_bytes": inbox.shm_bytes,
+                "restarts": sum(h.restarts for h in handles)}
 
     @property
     def closed(self) -> bool:
@@ -195,12 +203,12 @@ class Prefetch(LazySequence):
         skipped = check_skip(skip, position, self._len)
         self._retarget()
         if skipped:
-            self._next_read = self._next_submit = -1
+            self._in_order.restart(-1)
             window = TakeWindow(self._len, self._crew.num_workers, position, skipped,
                                 affinity=self._crew.affinity)
             self._taker = Taker(self._inbox, self._crew, window)
         else:
-            self._next_read = self._next_submit = position
+            self._in_order.restart(position)
 
     def reset(self, seq: Sequence) -> None:
         """Point the same workers at ``seq``; nothing is respawned.
@@ -242,7 +250,9 @@ class Prefetch(LazySequence):
         self._retarget()
         self._seq, self._len = seq, n
         self._inbox.label = repr(self)
-        self._next_read = self._next_submit = 0
+        self._in_order.restart(0, n)
+        if self._inbox.healer is not None:
+            self._inbox.healer.sequence_changed(seq)
         if blob is not None:
             for h in self._crew.handles:
                 h.send(Retarget(self._inbox.gen, blob))
@@ -251,27 +261,21 @@ class Prefetch(LazySequence):
 
     def _item(self, i: int) -> Any:
         self._check_open()
-        crew = self._crew
+        crew, reader = self._crew, self._in_order
         if not crew.running:
             self.start()
-        if i != self._next_read:
-            self._retarget()
-            self._next_read = self._next_submit = i
         try:
-            self._fill()
-            if i not in self._ready:
-                self._wait_for(i)
+            if i != reader.next_read:  # a seek
+                self._retarget()
+                reader.restart(i)
+            msg, h = reader.read(i, self._timeout)
         except KeyboardInterrupt:
-            # Interrupted anywhere in the bookkeeping: start a new generation so the next read
-            # cannot wait for a reply that was half-handled.
-            self._retarget()
-            self._next_read = self._next_submit = -1
+            # Interrupted anywhere in the bookkeeping (a seek included): start a new generation
+            # so the next read cannot wait for a reply that was half-handled or dropped.
+            self._inbox.interrupted()
+            self._taker = None
+            reader.restart(-1)
             raise
-        self._inbox.reads += 1
-        self._inbox.ready_sum += len(self._ready)
-        msg, h = self._ready.pop(i)
-        self._next_read = i + 1
-        self._fill()
         if isinstance(msg, Result):
             return read_and_release(msg.payload, crew.pool)
         raise self._inbox.item_error(msg, i, h)
@@ -286,31 +290,6 @@ class Prefetch(LazySequence):
         """Start a new generation: queued jobs become stale, unread results are dropped."""
         self._inbox.new_generation()
         self._taker = None
-
-    def _fill(self) -> None:
-        crew = self._crew
-        gen = self._inbox.gen
-        limit = min(self._len, self._next_read + crew.num_workers * crew.prefetch_factor)
-        while self._next_submit < limit:
-            h = crew.worker_for(self._next_submit)
-            if h is None:  # in order: wait for that worker rather than skip ahead
-                return
-            try:
-                crew.submit(h, gen, self._next_submit)
-            except (BrokenPipeError, ConnectionResetError):  # the worker is gone (other OSErrors, such as
-                # EMFILE while creating a slot, are not a dead worker: they propagate)
-                self._inbox.fail_dead(h, self._next_read)
-            self._next_submit += 1
-
-    def _wait_for(self, i: int) -> None:
-        inbox = self._inbox
-        deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
-        while i not in self._ready:
-            wait_s = STATUS_CHECK_INTERVAL if deadline is None else max(0.0, deadline - time.monotonic())
-            events = inbox.pump(wait_s, i)
-            self._fill()
-            if not events and deadline is not None and time.monotonic() >= deadline and i not in self._ready:
-                raise inbox.timeout(self._timeout, i, f"item {i}")
 
     # ----------------------------------------------------------------------- reading out of order
 
@@ -399,15 +378,16 @@ class Prefetch(LazySequence):
         """The out-of-order reader, continuing an in-order read-ahead if there is one."""
         if self._taker is None:
             self._taker = Taker(self._inbox, self._crew, self._take_window())
-            self._next_read = self._next_submit = -1
+            self._in_order.restart(-1)
         return self._taker
 
     def _take_window(self) -> TakeWindow:
         if self._taker is not None:
             return self._taker.window
-        if self._next_read < 0:
+        reader = self._in_order
+        if reader.next_read < 0:
             raise ValueError(f"{self!r}: the read position is unknown after an interrupted read; "
                              "call seek(position) before take()")
         # The in-order read-ahead (items next_read .. next_submit-1) is kept, not recomputed.
-        return TakeWindow(self._len, self._crew.num_workers, self._next_read, submitted=self._next_submit,
+        return TakeWindow(self._len, self._crew.num_workers, reader.next_read, submitted=reader.next_submit,
                           affinity=self._crew.affinity)

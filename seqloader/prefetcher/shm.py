@@ -21,6 +21,10 @@ one result at a time from one worker to the parent. Ownership is never by conven
   that result is garbage. So a returned batch is never overwritten, however long it is kept;
   a user that holds many results simply makes the pool allocate more slots, and free slots
   beyond a small bound per worker are destroyed.
+- A worker that dies and is replaced (``restarts``) has its slots *retired*
+  (:meth:`SlotPool.retire`): no process can map them by name any more, so its free and busy
+  slots are destroyed, its leased ones live on until their values die, and its replacement gets
+  fresh slots.
 
 Pages are faulted in once per slot (by the worker on its first write and by the parent on its
 first read) and then reused, which is where the speed comes from: torch's DataLoader allocates
@@ -50,6 +54,7 @@ __all__ = ["SHM_PREFIX", "SlotPool", "WorkerSlots", "is_plain_tensor", "read_pay
 SHM_PREFIX = "seqloader_"
 _ALIGN = 64
 _MIN_SIZE = 1 << 16
+_RETIRED = -1  # the owner of a leased slot whose worker died (SlotPool.retire)
 
 
 def _align(n: int) -> int:
@@ -233,8 +238,8 @@ class SlotPool:
 
     def mapped_by_worker(self, slot_id: int) -> None:
         """The owner worker has replied for this slot, so it maps it: drop the name."""
-        slot = self._slots[slot_id]
-        if slot.name:
+        slot = self._slots.get(slot_id)
+        if slot is not None and slot.name:
             unlink_segment(slot.name)
             slot.name = ""
 
@@ -256,9 +261,25 @@ class SlotPool:
         return lease
 
     def release(self, slot_id: int) -> None:
-        """Give a busy (not leased) slot back to its worker's free list."""
-        if self._slots[slot_id].state == "busy":
+        """Give a busy (not leased) slot back to its worker's free list (a slot destroyed with its
+        dead worker, see :meth:`retire`, is gone already)."""
+        slot = self._slots.get(slot_id)
+        if slot is not None and slot.state == "busy":
             self._put_back(slot_id)
+
+    def retire(self, worker: int) -> None:
+        """``worker`` died: destroy its free and busy slots (their names were unlinked after its
+        first reply, so a replacement could not map them) and keep its leased ones valid until
+        their values die, then destroy them too. The replacement gets fresh slots."""
+        self._collect()
+        for sid, slot in list(self._slots.items()):
+            if slot.worker != worker:
+                continue
+            if slot.state == "leased":
+                slot.worker = _RETIRED
+            else:
+                self._destroy(sid)
+        self._free[worker], self._forgotten[worker] = [], []
 
     def _collect(self) -> None:
         while self._released:
@@ -270,6 +291,9 @@ class SlotPool:
         slot = self._slots[sid]
         slot.state = "free"
         w = slot.worker
+        if w == _RETIRED:  # its worker died: no process maps it any more
+            self._destroy(sid)
+            return
         if len(self._free[w]) < self._keep:
             self._free[w].append(sid)
         else:

@@ -16,13 +16,12 @@ completed item.
 
 from __future__ import annotations
 
-import time
 from typing import AbstractSet, Any
 
 from seqloader.errors import add_note
 from seqloader.prefetcher.crew import Crew
 from seqloader.prefetcher.faults import INDEX_ATTR
-from seqloader.prefetcher.inbox import STATUS_CHECK_INTERVAL, Inbox
+from seqloader.prefetcher.inbox import Inbox
 from seqloader.prefetcher.messages import Result
 from seqloader.prefetcher.shm import read_and_release
 
@@ -137,7 +136,7 @@ class Taker:
         except KeyboardInterrupt:
             if i is not None:
                 self.window.untaken(i)
-            self.inbox.new_generation()  # replies half-handled by the interrupt are dropped
+            self.inbox.interrupted()  # replies half-handled by the interrupt are dropped
             self.window = self.window.restarted()
             raise
         if ok:
@@ -151,15 +150,12 @@ class Taker:
         while True:
             submitted = False
             for h in crew.handles:
-                room = crew.prefetch_factor - len(h.pending)
+                room = h.room(crew.prefetch_factor)
                 if room <= 0:
                     continue
                 for j in w.next_items(h.worker_id, room if w.affinity else 1, window):
                     submitted = True
-                    try:
-                        crew.submit(h, self.inbox.gen, j)
-                    except (BrokenPipeError, ConnectionResetError):  # the worker is gone
-                        self.inbox.fail_dead(h, w.low)
+                    crew.submit(h, self.inbox.gen, j)  # a broken pipe: handled by the next wait
             if w.affinity or not submitted:
                 return
 
@@ -167,14 +163,8 @@ class Taker:
         """Wait (bounded, liveness-checked) for a completed item; pop it: ``(index, reply, worker)``."""
         inbox = self.inbox
         self.fill(window)
-        deadline = time.monotonic() + timeout if timeout > 0 else None
-        while not inbox.ready:
-            wait_s = STATUS_CHECK_INTERVAL if deadline is None else max(0.0, deadline - time.monotonic())
-            events = inbox.pump(wait_s, self.window.low)
-            self.fill(window)
-            if not events and deadline is not None and time.monotonic() >= deadline and not inbox.ready:
-                low = self.window.low
-                raise inbox.timeout(timeout, low, f"any item to complete (the oldest not taken is item {low})")
+        inbox.wait(lambda: bool(inbox.ready), timeout, lambda: self.window.low, lambda: self.fill(window),
+                   lambda: f"any item to complete (the oldest not taken is item {self.window.low})")
         i = next(iter(inbox.ready))
         msg, h = inbox.ready.pop(i)
         return i, msg, h

@@ -1,0 +1,134 @@
+"""Healing: a dead worker replaced by a fresh one that recomputes what the reader did not get.
+
+With ``prefetch(..., restarts=N)`` (``N > 0``) the reader's wait (:meth:`Inbox.pump
+<seqloader.prefetcher.inbox.Inbox.pump>`) hands every worker it finds dead (SIGKILL from the OOM
+killer or a cluster agent, a segfault in a decoder, ``os._exit``) to a :class:`Healer` instead of
+failing. The rules (also the healing NOTE in :mod:`seqloader.prefetcher.crew`):
+
+* **What is recomputed.** An item returned to the caller is consumed. Everything else the dead
+  worker owed of the current generation is recomputed by its replacement, in increasing order:
+  its jobs without a reply, its jobs never sent (its pipe broke) *and* its results that arrived
+  but were not yet returned (they are dropped). So a worker that keeps per-process state for
+  its items (an iterable stream) restarts right after the last item the caller got.
+* **The replacement** keeps the dead worker's ``worker_id`` and ``WorkerConfig``, so its set-up
+  (``worker_init_fn``) and seeds are the same. It starts from ``respawn(worker_id)`` when the
+  caller gave ``respawn`` and it returns a sequence, else from the current sequence. A layer
+  above makes healing exact only through ``respawn`` (the loader rebuilds a stream from its
+  recorded progress, as a resume does); the prefetcher knows nothing of what it returns.
+* **Shared memory.** The dead worker's slot names were unlinked after its first reply, so no
+  process could map them again: its free and busy slots are destroyed, the slots of values the
+  caller still holds (leases) stay valid and are destroyed when those values die, and the
+  replacement gets fresh slots.
+* **Bounds.** At most ``restarts`` replacements per sequence (the first one and each
+  :meth:`~seqloader.prefetcher.prefetch.Prefetch.reset`); one more death raises
+  :class:`~seqloader.prefetcher.faults.WorkerDied` as without healing. An item that kills two
+  workers (the original and its replacement) is a *poison* item: ``WorkerDied`` names it (with
+  ``poison=True``) and it is never computed a third time. A replacement that dies before its
+  set-up finished, replacing a worker that did too, is not replaced again; a replacement whose
+  set-up outlasts the start bound (300 s, or ``timeout``) raises ``RuntimeError``. An error of
+  ``respawn`` raises ``WorkerDied`` naming the dead worker, with that error as ``__cause__``.
+  Every error closes the ``Prefetch`` first.
+* **Never silent.** Each replacement logs a WARNING on the ``seqloader`` logger naming the
+  worker, its pid, how it died, the item, and the items recomputed, and is counted in
+  :meth:`~seqloader.prefetcher.prefetch.Prefetch.counters` (``"restarts"``, per worker and in
+  all).
+"""
+
+from __future__ import annotations
+
+import logging
+import reprlib
+import time
+from typing import Any, Callable, Optional
+
+from seqloader.prefetcher.crew import WorkerHandle
+from seqloader.prefetcher.inbox import Inbox
+
+__all__ = ["Healer"]
+
+_log = logging.getLogger("seqloader")
+_short = reprlib.Repr()
+_short.maxother = 160  # a sequence op's repr names it; a plain list is cut short
+
+
+class Healer:
+    """Replaces the dead workers of one ``Prefetch``; see the module docstring.
+
+    Args:
+        restarts: replacements allowed per sequence, ``>= 1``.
+        respawn: ``respawn(worker_id) -> seq or None``, what a replacement starts from
+            (``None``, or a ``None`` result: the current sequence).
+        seq: the current sequence (the owner calls :meth:`sequence_changed` on ``reset``).
+        start_limit: seconds a replacement may take to finish its set-up.
+    """
+
+    def __init__(self, restarts: int, respawn: Optional[Callable[[int], Any]], seq: Any, start_limit: float):
+        self.restarts, self.respawn, self.start_limit = restarts, respawn, start_limit
+        self.seq = seq
+        self.used = 0  # replacements for the current sequence
+        self._killed: dict[int, str] = {}  # item -> how it killed a worker (current sequence)
+
+    def sequence_changed(self, seq: Any) -> None:
+        """The owner reads a new sequence: a new budget, and item numbers mean other items."""
+        self.seq, self.used = seq, 0
+        self._killed.clear()
+
+    def heal(self, inbox: Inbox, h: WorkerHandle, reading: Optional[int]) -> None:
+        """Replace the dead worker ``h`` and resubmit what it owed, or raise (closing everything)."""
+        how, item = inbox.death(h, reading)
+        if not h.set_up and h.replaces_starting:
+            inbox.fail_dead(h, reading, "; not replaced again: it replaced a worker that also died "
+                                        "before its set-up finished")
+        if item is not None and item in self._killed:
+            inbox.fail_dead(h, reading, f"; item {item} killed two workers (first: {self._killed[item]}), "
+                                        "so it is a poison item and is not computed again", poison=True)
+        if self.used >= self.restarts:
+            inbox.fail_dead(h, reading, f"; not replaced: the {self.restarts} restart(s) allowed for "
+                                        "this sequence (restarts=) are used")
+        killer = f"worker {h.worker_id} (pid {h.pid}) {h.exit_description()}"
+        try:
+            self._replace(inbox, h, reading, how, item, killer)
+        except BaseException:  # a half-done replacement (Ctrl-C, an error) must not be read from
+            inbox.broken = inbox.broken or f"replacing worker {h.worker_id} failed"
+            inbox.ready.clear()
+            inbox.crew.close()
+            raise
+
+    def _replace(self, inbox: Inbox, h: WorkerHandle, reading: Optional[int], how: str, item: Optional[int],
+                 killer: str) -> None:
+        gen = inbox.gen
+        owed = {j for g, j, _ in (*h.pending, *h.unsent) if g == gen}
+        owed |= {i for i, (_, by) in inbox.ready.items() if by is h}  # arrived, not returned
+        for i in owed:
+            inbox.ready.pop(i, None)  # their slots are retired with the worker
+        seq = self.seq
+        if self.respawn is not None:
+            try:
+                fresh = self.respawn(h.worker_id)
+            except Exception as exc:
+                inbox.fail_dead(h, reading, f"; not replaced: respawn({h.worker_id}) raised "
+                                            f"{type(exc).__name__}: {exc}", cause=exc)
+            seq = seq if fresh is None else fresh
+        new = inbox.crew.replace(h, seq)
+        new.replaces_starting = not h.set_up
+        for j in sorted(owed):
+            inbox.crew.submit(new, gen, j)
+        self.used += 1
+        if item is not None:
+            self._killed[item] = killer
+        redo = ", ".join(map(str, sorted(owed))) or "none"
+        _log.warning("%s: %s; replaced by worker %d (pid %d), restart %d of at most %d for this sequence "
+                     "(%s); items computed again: %s", inbox.label, how, new.worker_id, new.pid, self.used,
+                     self.restarts, _short.repr(self.seq), redo)
+
+    def check_starting(self, inbox: Inbox) -> None:
+        """Raise if a replacement has been in its set-up for longer than the start bound."""
+        if not inbox.crew.running:
+            return  # the first start has its own bound (Inbox.wait_started)
+        now = time.monotonic()
+        for h in inbox.crew.handles:
+            if not h.set_up and now - h.started_at > self.start_limit:
+                inbox.fail(f"set-up of replacement worker {h.worker_id} timed out", RuntimeError(
+                    f"{inbox.label}: replacement worker {h.worker_id} (pid {h.pid}) did not finish its "
+                    f"set-up (worker_init_fn) within {self.start_limit:g} seconds; look at what "
+                    "worker_init_fn does"))
