@@ -1,4 +1,4 @@
-"""Workloads for two ``seqloader.DataLoader`` features: out-of-order delivery and ``stats()``.
+"""Workloads for ``seqloader.DataLoader`` features: out-of-order delivery, ``stats()`` and its stages.
 
 * ``straggler``: 2_000 map-style items, batch 8, 2 workers, one epoch; 1 item in 50 sleeps 50 ms
   (the others cost nothing), so a few batches straggle. Both loaders run with ``in_order=False``
@@ -9,6 +9,13 @@
   the same loader with ``LoaderStats.start``/``returned`` replaced by no-ops in this process,
   best of ``3 * repeat`` interleaved runs; the cost row is in percent of the epoch's time (target
   <= 1%, noisy at this size), and notes what the two calls cost alone, timed in a loop.
+* ``stages_overhead``: the cost of ``profile_stages=True`` (every ``smap`` call, fetch, collate
+  and, with workers, the transfer timed, and the totals sent with each batch): one epoch of
+  ``smap(flip, images)`` (2_000 uint8 images 3x224x224, a horizontal flip that copies, batch 64,
+  shuffled) and of ``smap(add_one, ints)`` (200_000 ints, batch 256), ``num_workers=0``, and the
+  images with 2 workers; profiling on against off, best of ``3 * repeat`` interleaved runs; the
+  cost rows are in percent of the epoch's time (target <= 2%), and note what one timed ``smap``
+  call costs alone (timed in a loop) and that cost times the items, in percent of the epoch.
 """
 
 from __future__ import annotations
@@ -20,11 +27,15 @@ from typing import Callable, Iterator
 
 import torch.utils.data
 
-from benchmarks.common import IntDataset, Options, Row, best_of, epoch_seconds, per_call_seconds
-from seqloader import DataLoader
-from seqloader.loader.stats import LoaderStats
+import numpy as np
 
-__all__ = ["FEATURE_WORKLOADS", "StragglerDataset", "stats_disabled", "stats_overhead", "straggler"]
+from benchmarks.common import ImageDataset, IntDataset, Options, Row, best_of, epoch_seconds, per_call_seconds
+from seqloader import DataLoader, smap
+from seqloader.loader.stats import LoaderStats
+from seqloader.sequences import stage_times
+
+__all__ = ["FEATURE_WORKLOADS", "StragglerDataset", "stages_overhead", "stats_disabled", "stats_overhead",
+           "straggler"]
 
 
 class StragglerDataset:
@@ -117,8 +128,51 @@ def stats_overhead(opts: Options) -> list[Row]:
                       f"= {direct:.2f}% of the epoch")]
 
 
+def flip(image: np.ndarray) -> np.ndarray:
+    """A horizontal flip that copies (a typical cheap augmentation)."""
+    return np.ascontiguousarray(image[:, :, ::-1])
+
+
+def add_one(x: int) -> int:
+    return x + 1
+
+
+def _timed_call_seconds(calls: int) -> float:
+    """What timing adds to one ``smap`` call: ``s[i]`` with stage timing on, less with it off."""
+    seq = smap(add_one, IntDataset(calls))
+    off = min(per_call_seconds(seq.__getitem__, calls) for _ in range(3))
+    with stage_times.collecting(stage_times.StageTimes()):
+        on = min(per_call_seconds(seq.__getitem__, calls) for _ in range(3))
+    return on - off
+
+
+def _stages_rows(name: str, ds, bs: int, nw: int, opts: Options, call_s: float) -> list[Row]:
+    best = best_of(3 * opts.repeat, {
+        "on": lambda: epoch_seconds(DataLoader, ds, bs, nw, shuffle=True, profile_stages=True),
+        "off": lambda: epoch_seconds(DataLoader, ds, bs, nw, shuffle=True),
+    })
+    n = len(ds)
+    direct = 100 * call_s * n / max(1, nw) / best["off"]  # one timed smap call per item, per worker
+    return [Row("stages_overhead", f"{name}, profile_stages=True", nw, n / best["on"], "samples/s"),
+            Row("stages_overhead", f"{name}, profile_stages=False", nw, n / best["off"], "samples/s"),
+            Row("stages_overhead", f"{name}: profile_stages cost", nw, 100 * (best["on"] / best["off"] - 1), "%",
+                notes=f"on vs off, target <= 2% (a difference of two timings: may be < 0 in noise); a timed "
+                      f"smap call alone: {call_s * 1e6:.2f} µs, {direct:.2f}% of the epoch")]
+
+
+def stages_overhead(opts: Options) -> list[Row]:
+    """``profile_stages=True`` against off: images through an ``smap`` (0 and 2 workers), ints (0 workers)."""
+    images = smap(flip, ImageDataset(256 if opts.quick else 2_000))
+    ints = smap(add_one, IntDataset(5_000 if opts.quick else 200_000))
+    call_s = _timed_call_seconds(10_000 if opts.quick else 200_000)
+    return (_stages_rows("smap(flip, images)", images, 64, 0, opts, call_s)
+            + _stages_rows("smap(add_one, ints)", ints, 256, 0, opts, call_s)
+            + _stages_rows("smap(flip, images)", images, 64, 2, opts, call_s))
+
+
 #: Workload name -> function(Options) -> rows.
 FEATURE_WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
     "straggler": straggler,
     "stats_overhead": stats_overhead,
+    "stages_overhead": stages_overhead,
 }

@@ -37,8 +37,8 @@ def test_workloads_are_a_registry_of_row_functions():
     assert list(benchmarks.WORKLOADS) == ["tiny", "images", "cpu", "first_batch",
                                           "resume", "state_size", "loader_tiny", "loader_images",
                                           "iterable_tiny", "iterable_images", "straggler", "stats_overhead",
-                                          "resume_scale", "mix", "state_dict", "sources_parquet", "sources_tar",
-                                          "sources_index", "sources_latency"]
+                                          "stages_overhead", "resume_scale", "mix", "state_dict", "sources_parquet",
+                                          "sources_tar", "sources_index", "sources_latency"]
     rows = benchmarks.WORKLOADS["images"](common.Options(quick=True))
     assert [r.loader for r in rows] == ["seqloader", "torch"]
     assert all(r.value > 0 and r.mb_per_s > 0 for r in rows) and rows[0].ratio > 0
@@ -98,6 +98,14 @@ def test_stats_overhead_reports_a_percentage_and_restores_the_stats():
     assert all(r.value > 0 for r in rows[:3]) and rows[0].ratio > 0
     assert math.isfinite(rows[3].value) and "target <= 1%" in rows[3].notes  # a difference: may be < 0 in noise
     assert (features.LoaderStats.start, features.LoaderStats.returned) == (start, returned)
+
+
+def test_stages_overhead_reports_on_off_and_a_percentage_per_pipeline():
+    rows = _quick_rows("stages_overhead")
+    assert [r.unit for r in rows] == ["samples/s", "samples/s", "%"] * 3
+    assert [r.num_workers for r in rows] == [0] * 6 + [2] * 3
+    assert all(r.value > 0 for r in rows if r.unit == "samples/s")
+    assert all(math.isfinite(r.value) and "target <= 2%" in r.notes for r in rows if r.unit == "%")
 
 
 def _imports(path: pathlib.Path) -> set[str]:

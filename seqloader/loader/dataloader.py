@@ -90,6 +90,9 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
             ``docs/multiprocessing.md``, "When a worker dies".
         batch_size_schedule: ``[(step, batch_size), ...]``: from each global step on, batches of
             that size (a ramp-up; ``batch_size`` before the first); resumable anywhere.
+        profile_stages: time each stage (``smap``/``rng_map`` functions, fetch, collate, the
+            transfer, pinning) for ``stats()["current"]["stages"]`` and the hint; off by default.
+            Workers read it when they start. See ``docs/input_bound.md``.
 
     Raises:
         ValueError, TypeError: as torch for bad argument combinations; a bad ``seed`` or restarts.
@@ -114,7 +117,7 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
                  prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
                  pin_memory_device: str = "", in_order: bool = True, snapshot_every_n_steps: Optional[int] = 1,
                  seed: Optional[int] = None, max_worker_restarts: int = 0,
-                 batch_size_schedule: Optional[Sequence[Any]] = None):
+                 batch_size_schedule: Optional[Sequence[Any]] = None, profile_stages: bool = False):
         # seqloader's own attributes come first: Lightning records what is set after torch's
         # __init__ and replays it on the loader it rebuilds (with its DistributedSampler).
         self.shuffle = shuffle
@@ -122,6 +125,9 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         self.batch_size_schedule = batch_size_schedule
         self.seed = world.draw_seed(generator) if seed is None else check_seed("DataLoader", seed)
         self.max_worker_restarts = check_worker_restarts(max_worker_restarts, num_workers)
+        if not isinstance(profile_stages, bool):
+            raise TypeError(f"DataLoader: profile_stages must be a bool (got {type(profile_stages).__name__})")
+        self.profile_stages = profile_stages
         # A seed is shared by all ranks when given, loaded, or drawn under an initialised world
         # (draw_seed broadcasts rank 0's). One drawn per process cannot shard a global order.
         self._seed_world = world.current_world()[1] if seed is None else None
@@ -207,15 +213,18 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         device = pin_device(self.pin_memory, self.pin_memory_device)
         progress = self._progress
         generation = progress.begin()
-        self._stats.begin(progress.epoch, progress.resumed)
+        self._stats.begin(progress.epoch, progress.resumed, profile=self.profile_stages)
         window = read_window(self.num_workers, self.prefetch_factor)
         if self._is_iterable:
             opened = open_stream_epoch(self, self._derivation, progress, self._workers, self._stats)
-            return IterableIterator(opened, progress, generation, self._stats, device, self.timeout, window,
-                                    owner=self)
-        watch = self._epochs.watch()
-        return MapIterator(self._open_epoch(), progress, generation, self._stats, device, self.timeout, window,
-                           reopen=functools.partial(self._reopen, watch), owner=self)
+            it: Any = IterableIterator(opened, progress, generation, self._stats, device, self.timeout, window,
+                                       owner=self)
+        else:
+            watch = self._epochs.watch()
+            it = MapIterator(self._open_epoch(), progress, generation, self._stats, device, self.timeout, window,
+                             reopen=functools.partial(self._reopen, watch), owner=self)
+        self._stats.opened()  # what iter() took (worker start-up) is its own line: startup_s
+        return it
 
     def _open_epoch(self) -> Opened:
         self._control.resolve(self._recipe())
@@ -254,15 +263,15 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         Returns:
             ``{"current": {...} or None, "last": {...} or None, "resumes": int, "hint": str or None}``;
             an epoch entry is ``EpochStats.as_dict()`` (``loader/stats.py``: ``wait_s``, ``work_s``,
-            ``input_bound``, ``workers``, ``worker_restarts``, ...). ``hint`` suggests more workers
-            only when the loop is input-bound and every worker is busy.
+            ``input_bound``, ``startup_s``, ``workers``, ``stages``, ...). ``hint`` suggests more
+            workers when the loop is input-bound, names slow start-up and the slowest stage.
 
         Example:
             >>> loader = DataLoader(range(8), batch_size=4, seed=0); _ = list(loader)
             >>> s = loader.stats(); s["current"]["batches"], 0 <= s["current"]["input_bound"] <= 1
             (2, True)
         """
-        return self._stats.report(self.num_workers, os.cpu_count())
+        return self._stats.report(self.num_workers, os.cpu_count(), self.persistent_workers)
 
     def log_stats(self, every_s: Optional[float]) -> None:
         """Log a line on the ``seqloader.stats`` logger (INFO) at most every ``every_s`` seconds

@@ -6,6 +6,8 @@ the read / translate-error / consume step of both dataset kinds: the next item o
 :class:`Opened` epoch -- in this process (global RNGs restored), from the workers in order, or
 the first to complete (``in_order=False``) -- with worker deaths and timeouts translated into
 torch's words, and the item counted as consumed whether it returned or raised its own error.
+With ``profile_stages`` it times the batches computed in this process and pinning
+(:meth:`~seqloader.loader.stats.LoaderStats.compute`, :meth:`~seqloader.loader.stats.LoaderStats.timed_main`).
 Subclasses (:class:`~seqloader.loader.epoch.MapIterator`,
 :class:`~seqloader.loader.iterable.IterableIterator`) supply ``_next`` and ``_consumed``,
 as torch's ``_BaseDataLoaderIter`` subclasses supply ``_next_data``.
@@ -175,7 +177,7 @@ class LoaderIterator:
         if opened.source is opened.seq:  # this process: the caller's global RNG states are kept
             snapshot = Snapshot()
             try:
-                out = opened.seq[low]
+                out = self._stats.compute(opened.seq, low) if self._stats.profile else opened.seq[low]
             except Exception:
                 self._consumed(low)
                 raise
@@ -198,7 +200,12 @@ class LoaderIterator:
         return i, out
 
     def _pinned(self, batch: Any) -> Any:
-        return batch if self._pin_device is None else pin(batch, self._pin_device)
+        device = self._pin_device
+        if device is None:
+            return batch
+        if self._stats.profile:  # the stage "pin" of the per-stage account
+            return self._stats.timed_main(lambda b: pin(b, device), batch)
+        return pin(batch, device)
 
     def _release(self) -> None:
         """Close this iterator's own workers (not the loader's persistent ones)."""

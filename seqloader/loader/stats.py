@@ -1,21 +1,28 @@
-"""L3: where a loader's time goes: is the training loop waiting for data?
+"""L3: where a loader's time goes: is the training loop waiting for data, and on which stage?
 
 An iterator brackets each ``next()`` with :meth:`LoaderStats.start` and :meth:`LoaderStats.returned`
 (two ``perf_counter`` calls). The
 time spent inside ``next()`` is *waiting* (the loop is input-bound); the time from one ``next()``
 returning to the following call is the loop's own *work*. Their ratio is the input-bound fraction
-of the epoch's wall time. Worker-side numbers (busy time, items computed, read-ahead used, bytes
+of the epoch's wall time. The time ``iter()`` took (starting workers, opening the epoch) is its own
+line, ``startup_s``. Worker-side numbers (busy time, items computed, read-ahead used, bytes
 through shared memory, dead workers replaced) come from the prefetcher when workers are used. Always on: the cost is a
-few hundred nanoseconds per batch.
+few hundred nanoseconds per batch. With ``profile_stages`` the epoch also gets a per-stage account
+(:mod:`seqloader.loader.stage_stats`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
+import math
 import time
 import weakref
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+
+from seqloader.loader.stage_stats import StageAccount
+from seqloader.sequences import stage_times
 
 __all__ = ["EpochStats", "LoaderStats"]
 
@@ -35,6 +42,10 @@ class EpochStats:
         ready_mean: the mean number of batches already computed when one was read (read-ahead used).
         shm_bytes: bytes of results that came back through shared memory.
         worker_restarts: dead workers replaced during the epoch (``max_worker_restarts``).
+        startup_s: seconds ``iter()`` took: starting the workers (unless persistent and already
+            running) and opening the epoch; not part of ``wait_s``.
+        account: the per-stage account (:mod:`seqloader.loader.stage_stats`), filled with
+            ``profile_stages``; ``as_dict()`` shows it as ``"stages"``.
     """
 
     epoch: int
@@ -45,6 +56,8 @@ class EpochStats:
     ready_mean: float = 0.0
     shm_bytes: int = 0
     worker_restarts: int = 0
+    startup_s: float = 0.0
+    account: StageAccount = dataclasses.field(default_factory=StageAccount)
 
     @property
     def input_bound(self) -> float:
@@ -58,14 +71,32 @@ class EpochStats:
         total = self.wait_s + self.work_s
         return self.batches / total if total > 0 else 0.0
 
-    def hint(self, num_workers: int, cores: Optional[int]) -> Optional[str]:
-        """A one-line suggestion, only when the numbers support it; else ``None``.
+    def hint(self, num_workers: int, cores: Optional[int], persistent: bool = False) -> Optional[str]:
+        """One line of suggestions, each only when the numbers support it; else ``None``.
 
-        The loop must be input-bound (waiting >= 20% of the time) and every worker saturated
-        (busy >= 90% of the wall time); then more workers would help if cores are free.
+        * Input-bound (waiting >= 20% of the time, 10 batches or more): at ``num_workers=0``, how
+          many workers the waiting suggests; with workers, more of them only if every worker is
+          saturated (busy >= 90% of the wall time) and cores are free.
+        * Worker start-up in ``iter()`` >= 20% of the epoch (not with ``persistent``).
+        * With a per-stage account, the slowest stage.
         """
+        parts = (self._load_hint(num_workers, cores), self._startup_hint(num_workers, persistent),
+                 self.account.hint(self.workers, self.wait_s + self.work_s, self.batches))
+        return "; ".join(p for p in parts if p) or None
+
+    def _load_hint(self, num_workers: int, cores: Optional[int]) -> Optional[str]:
         total = self.wait_s + self.work_s
-        if self.batches < 10 or total <= 0 or self.input_bound < 0.2 or not self.workers:
+        if self.batches < 10 or total <= 0 or self.input_bound < 0.2:
+            return None
+        if num_workers == 0:
+            if cores is not None and cores < 2:
+                return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data with "
+                        "num_workers=0 and one core: make the items cheaper")
+            want = max(1, math.ceil(self.wait_s / self.work_s)) if self.work_s > 0 else 8
+            want = min(want, cores if cores is not None else 8)
+            return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data with "
+                    f"num_workers=0; try num_workers={want}")
+        if not self.workers:
             return None
         busy = min(w["busy_s"] for w in self.workers) / total
         if busy < 0.9:
@@ -78,10 +109,19 @@ class EpochStats:
         return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data and all "
                 f"{num_workers} workers busy; try num_workers={want}")
 
+    def _startup_hint(self, num_workers: int, persistent: bool) -> Optional[str]:
+        wall = self.startup_s + self.wait_s + self.work_s
+        if num_workers == 0 or persistent or self.batches == 0 or self.startup_s < 0.2 * wall:
+            return None
+        return (f"start-up: iter() took {self.startup_s:.2f} s of the epoch's {wall:.2f} s starting "
+                "workers; persistent_workers=True starts them once")
+
     def as_dict(self) -> dict[str, Any]:
-        """JSON types, with the derived ``input_bound`` and ``batches_per_s``."""
-        return {**dataclasses.asdict(self), "input_bound": self.input_bound,
-                "batches_per_s": self.batches_per_s}
+        """JSON types, with the derived ``input_bound`` and ``batches_per_s``, and ``stages`` (the
+        per-stage account's table, empty without ``profile_stages``)."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "account"}
+        out["stages"] = self.account.table(self.workers, self.wait_s + self.work_s, self.batches)
+        return {**out, "input_bound": self.input_bound, "batches_per_s": self.batches_per_s}
 
 
 class LoaderStats:
@@ -104,9 +144,14 @@ class LoaderStats:
         self._source: Any = None                 # a weak reference to the epoch's Prefetch (never
         self._base: Optional[dict] = None        # keep an iterator's workers alive), its counters
         self._logged = time.perf_counter()
+        self.profile = False                     # the current epoch times its stages (profile_stages)
+        self._times: Optional[stage_times.StageTimes] = None  # ... computed in this process
+        self._opening = 0.0                      # when the current iter() began
 
-    def begin(self, epoch: int, resumed: bool = False) -> None:
-        """A new iterator: a new current epoch (the previous one becomes ``last``)."""
+    def begin(self, epoch: int, resumed: bool = False, profile: bool = False) -> None:
+        """A new iterator: a new current epoch (the previous one becomes ``last``); ``profile``: its
+        stages are timed (workers time theirs if they were started with ``profile_stages``)."""
+        self._opening = time.perf_counter()
         if self.current is not None and self.current.batches:
             self.refresh()
             self.last = self.current
@@ -114,6 +159,35 @@ class LoaderStats:
         self.resumes += int(resumed)
         self._returned = None
         self._source = self._base = None
+        self.profile = profile
+        self._times = stage_times.StageTimes() if profile else None
+
+    def opened(self) -> None:
+        """``iter()`` returns its iterator: the time since :meth:`begin` is the epoch's start-up."""
+        if self.current is not None:
+            self.current.startup_s += time.perf_counter() - self._opening
+
+    def compute(self, seq: Any, i: int) -> Any:
+        """``seq[i]`` computed in this process (``num_workers=0``), its stages timed when profiling."""
+        times, cur = self._times, self.current
+        if times is None or cur is None:
+            return seq[i]
+        start = time.perf_counter()
+        try:
+            with stage_times.collecting(times):
+                return seq[i]
+        finally:
+            cur.account.busy_s += time.perf_counter() - start
+            cur.account.batches += 1
+
+    def timed_main(self, f: Callable[[Any], Any], batch: Any) -> Any:
+        """``f(batch)`` (pinning) in this process, counted as the stage ``"pin"``."""
+        start = time.perf_counter()
+        try:
+            return f(batch)
+        finally:
+            if self.current is not None:
+                self.current.account.pin_s += time.perf_counter() - start
 
     def attach(self, source: Any) -> None:
         """The epoch reads a ``Prefetch``: its counters from now on are the epoch's worker numbers.
@@ -124,7 +198,9 @@ class LoaderStats:
         self._source, self._base = weakref.ref(source), source.counters()
 
     def refresh(self) -> None:
-        """Copy the workers' numbers since :meth:`attach` into the current epoch."""
+        """Copy the workers' numbers since :meth:`attach` (and the stages timed here) into the current epoch."""
+        if self._times is not None and self.current is not None:
+            self.current.account.add(self._times.take())
         source = None if self._source is None else self._source()
         if source is None or self.current is None:
             return
@@ -137,24 +213,28 @@ class LoaderStats:
         cur.ready_mean = (now["ready_sum"] - base["ready_sum"]) / reads if reads else 0.0
         cur.shm_bytes = now["shm_bytes"] - base["shm_bytes"]
         cur.worker_restarts = now["restarts"] - base["restarts"]
+        if now["stages"]:
+            cur.account.seconds = {k: v - base["stages"].get(k, 0.0) for k, v in now["stages"].items()}
 
-    def report(self, num_workers: int, cores: Optional[int]) -> dict[str, Any]:
+    def report(self, num_workers: int, cores: Optional[int], persistent: bool = False) -> dict[str, Any]:
         """``DataLoader.stats()``: the current and last epoch, resumes, and a hint (or ``None``).
 
         Returns:
             ``{"current": {...} or None, "last": {...} or None, "resumes": int, "hint": str or
             None}``. Each epoch entry has ``epoch``, ``batches``, ``wait_s`` (time inside
             ``next()``), ``work_s`` (time between ``next()`` calls), ``input_bound`` (their
-            ratio: the fraction of wall time spent waiting), ``batches_per_s``, and, with
-            workers, ``workers`` (per worker ``busy_s`` and ``items``), ``ready_mean`` (batches
-            already computed when one was read) and ``shm_bytes``. ``hint`` suggests more
-            workers only when the loop is input-bound and every worker is busy.
+            ratio: the fraction of wall time spent waiting), ``batches_per_s``, ``startup_s``
+            (time in ``iter()``), ``stages`` (the per-stage account, with ``profile_stages``) and,
+            with workers, ``workers`` (per worker ``busy_s`` and ``items``), ``ready_mean``
+            (batches already computed when one was read) and ``shm_bytes``. ``hint``: see
+            :meth:`EpochStats.hint`.
         """
         self.refresh()
         cur = self.current
         return {"current": None if cur is None else cur.as_dict(),
                 "last": None if self.last is None else self.last.as_dict(),
-                "resumes": self.resumes, "hint": None if cur is None else cur.hint(num_workers, cores)}
+                "resumes": self.resumes,
+                "hint": None if cur is None else cur.hint(num_workers, cores, persistent)}
 
     def reading(self, epoch: int) -> None:
         """The current iterator reads ``epoch`` after all (a ``set_epoch`` between ``iter()`` and its

@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import sys
 from typing import Any, Callable, Iterator, Optional
 
 from seqloader.errors import annotate
+from seqloader.loader.fetch import COLLATE, FETCH, SlotCollate
 from seqloader.loader.seeding import DERIVATION, seed_globals
 from seqloader.loader.state import is_stateful
-from seqloader.loader.torch_compat import collate_in_plain_memory
+from seqloader.loader.torch_compat import collate_in_plain_memory, is_default_collate
+from seqloader.prefetcher.payload import take_writer_permit
+from seqloader.sequences import stage_times
 from seqloader.sequences.base import LazySequence
 
 __all__ = ["StreamBatches", "StreamItem"]
@@ -130,7 +134,8 @@ class StreamBatches(LazySequence):
             stream = self._live[w] = self._open(w)
         return stream
 
-    def _item(self, i: int) -> StreamItem:
+    def _item(self, i: int) -> Any:
+        in_slot = take_writer_permit()  # first: a loader read inside the stream must not see it
         w = i % self._streams
         stream = self.stream(w)
         if stream.ended:
@@ -140,12 +145,20 @@ class StreamBatches(LazySequence):
                                f"{stream.next_index}; stream batches are read in increasing order")
         stream.next_index = i + self._streams
         seed_globals(self._seed, self._epoch, i, self._derivation)
+        times = stage_times.current() if stage_times.ACTIVE is not None else None
         with annotate("DataLoader", i, batch=i, epoch=self._epoch):
-            items = self._take(stream.it)
+            items = self._take(stream.it) if times is None else times.call(FETCH, self._take, stream.it)
             if items is None:
                 stream.ended, stream.state = True, self._end_state()
                 return StreamItem(w, None, stream.batches, stream.state, True)
-            batch = self._collate(items)
+            if in_slot and self._batch_size is not None and is_default_collate(self._collate_fn):
+                return SlotCollate(items, i, {"batch": i, "epoch": self._epoch},
+                                   functools.partial(self._yielded, stream, w))
+            batch = self._collate(items) if times is None else times.call(COLLATE, self._collate, items)
+        return self._yielded(stream, w, batch)
+
+    def _yielded(self, stream: _Stream, w: int, batch: Any) -> StreamItem:
+        """Stream ``w`` produced ``batch``: count it and take the stream's state after it."""
         stream.batches += 1
         stream.state = self._capture(stream.it)
         return StreamItem(w, batch, stream.batches, stream.state, False)

@@ -5,7 +5,8 @@ The prefetcher (L2) knows nothing of torch's ``DataLoader``; the loader hands it
 ``_worker_loop`` does before the first item: seed ``random``, ``numpy.random`` and torch from
 ``base_seed + worker_id`` (numpy as torch seeds it), set the ``WorkerInfo`` that
 ``torch.utils.data.get_worker_info()`` returns (both through :mod:`seqloader.loader.torch_compat`),
-then call the user's ``worker_init_fn``.
+turn the per-stage timing on with ``profile_stages`` (:mod:`seqloader.sequences.stage_times`), then
+call the user's ``worker_init_fn``.
 :class:`Workers` owns the loader's live :class:`~seqloader.prefetcher.prefetch.Prefetch`: opened per
 epoch, or kept and re-targeted with ``persistent_workers``; with ``max_worker_restarts`` it heals
 (``prefetch(restarts=, respawn=)``: a dead worker is replaced, with the same ``TorchWorkerSetup``).
@@ -24,6 +25,7 @@ from seqloader.loader.torch_compat import install_worker_info, numpy_worker_seed
 from seqloader.prefetcher.api import prefetch
 from seqloader.prefetcher.prefetch import Prefetch
 from seqloader.rng import derive_seed
+from seqloader.sequences import stage_times
 
 __all__ = ["TorchWorkerSetup", "Workers", "check_worker_restarts", "worker_base_seed"]
 
@@ -36,6 +38,7 @@ class TorchWorkerSetup:
         base_seed: worker ``w`` is seeded with ``base_seed + w``, like torch; ``< 2**63``.
         dataset: ``WorkerInfo.dataset`` (the worker's copy of the loader's dataset).
         user_fn: the user's ``worker_init_fn(worker_id)``, or ``None``.
+        stages: time the worker's stages for the whole life of the process (``profile_stages``).
 
     Example:
         >>> from seqloader.loader.seeding import preserved_globals
@@ -50,9 +53,9 @@ class TorchWorkerSetup:
     """
 
     def __init__(self, num_workers: int, base_seed: int, dataset: Any,
-                 user_fn: Optional[Callable[[int], None]]):
+                 user_fn: Optional[Callable[[int], None]], stages: bool = False):
         self.num_workers, self.base_seed = num_workers, base_seed
-        self.dataset, self.user_fn = dataset, user_fn
+        self.dataset, self.user_fn, self.stages = dataset, user_fn, stages
 
     def __call__(self, worker_id: int) -> None:
         seed = self.base_seed + worker_id
@@ -60,6 +63,8 @@ class TorchWorkerSetup:
         torch.manual_seed(seed)
         np.random.seed(numpy_worker_seed(self.base_seed, worker_id))
         install_worker_info(worker_id, self.num_workers, seed, self.dataset)
+        if self.stages:
+            stage_times.enable()
         if self.user_fn is not None:
             self.user_fn(worker_id)
 
@@ -117,8 +122,8 @@ class Workers:
         if self.prefetch is not None and not self.prefetch.closed:
             self.prefetch.reset(seq)
             return self.prefetch
-        setup = TorchWorkerSetup(loader.num_workers, worker_base_seed(loader.seed, epoch),
-                                 loader.dataset, loader.worker_init_fn)
+        setup = TorchWorkerSetup(loader.num_workers, worker_base_seed(loader.seed, epoch), loader.dataset,
+                                 loader.worker_init_fn, stages=bool(getattr(loader, "profile_stages", False)))
         restarts = loader.max_worker_restarts
         if restarts and loader.persistent_workers:
             respawn = self._respawn_current  # follows reset(): each epoch brings its own

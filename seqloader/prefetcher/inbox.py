@@ -45,6 +45,7 @@ class Inbox:
         self.shm_bytes = 0   # bytes of replies that came through shared-memory slots
         self.reads = 0       # items read ...
         self.ready_sum = 0   # ... and how many were already computed at each read (read-ahead used)
+        self.stages: dict[str, float] = {}  # seconds per stage, summed over workers (when they time stages)
         self.healer: Any = None  # a Healer when dead workers are replaced (restarts > 0)
 
     def new_generation(self) -> None:
@@ -155,6 +156,8 @@ class Inbox:
             h.busy_s += msg.seconds
             h.items += 1
             self.shm_bytes += msg.payload.data_len + sum(n for _, n in msg.payload.buffers)
+            for name, seconds in msg.stages:
+                self.stages[name] = self.stages.get(name, 0.0) + seconds
         pool.mapped_by_worker(sid)
         if isinstance(msg, Cancelled) or msg.gen != self.gen:
             pool.release(sid)

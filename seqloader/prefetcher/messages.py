@@ -94,26 +94,34 @@ class Stop:
 
 @dataclass(frozen=True)
 class Payload:
-    """Where a pickled object lies in a slot: pickle bytes at 0, out-of-band buffers after.
+    """Where a pickled object lies in a slot: ``data_len`` pickle bytes at ``data_offset``, and
+    one ``(offset, nbytes)`` pair in ``buffers`` per out-of-band buffer (arrays, tensors).
 
     ``size`` is the slot's size after the write (a worker grows a slot that is too small).
-    ``buffers`` holds one ``(offset, nbytes)`` pair per out-of-band buffer (arrays, tensors).
+    ``data_offset`` is 0 unless the value wrote buffers into the slot itself, before the pickle
+    bytes (a slot writer, :mod:`seqloader.prefetcher.payload`).
     """
 
     slot_id: int
     size: int
     data_len: int
     buffers: tuple
+    data_offset: int = 0
 
 
 @dataclass(frozen=True)
 class Result:
-    """Item ``index`` of generation ``gen`` was computed in ``seconds``; its value is in ``payload``."""
+    """Item ``index`` of generation ``gen`` was computed in ``seconds``; its value is in ``payload``.
+
+    ``stages`` is ``((name, seconds), ...)``: where those seconds went, when the worker times its
+    stages (:mod:`seqloader.sequences.stage_times`); empty otherwise.
+    """
 
     gen: int
     index: int
     payload: Payload
     seconds: float = 0.0
+    stages: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -122,13 +130,15 @@ class Failure:
 
     The report is a dict ``{"exc": exception or None, "type": class or None, "type_name": str,
     "message": str, "traceback": str}`` (see ``worker.error_report``); ``exc`` is None when the
-    exception itself could not be pickled, ``type`` when its class could not.
+    exception itself could not be pickled, ``type`` when its class could not. ``seconds`` and
+    ``stages`` as in :class:`Result`.
     """
 
     gen: int
     index: int
     payload: Payload
     seconds: float = 0.0
+    stages: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -105,10 +105,12 @@ class Prefetch(LazySequence):
 
         Returns:
             ``{"workers": [{"busy_s": float, "items": int, "restarts": int}, ...], "reads": int,
-            "ready_sum": int, "shm_bytes": int, "restarts": int}``: per worker the seconds spent
-            computing items, how many, and how many times it died and was replaced (``restarts=``);
-            items read in order and the sum, over those reads, of the items already computed at
-            that moment (read-ahead used); bytes that came through shared memory; replacements.
+            "ready_sum": int, "shm_bytes": int, "restarts": int, "stages": {name: float}}``: per
+            worker the seconds spent computing items, how many, and how many times it died and was
+            replaced (``restarts=``); items read in order and the sum, over those reads, of the
+            items already computed at that moment (read-ahead used); bytes that came through shared
+            memory; replacements; and the seconds per stage, summed over the workers, when they
+            time their stages (:mod:`seqloader.sequences.stage_times`; else empty).
 
         Example:
             >>> from seqloader import prefetch
@@ -120,7 +122,7 @@ class Prefetch(LazySequence):
         inbox, handles = self._inbox, self._crew.handles
         return {"workers": [{"busy_s": h.busy_s, "items": h.items, "restarts": h.restarts} for h in handles],
                 "reads": inbox.reads, "ready_sum": inbox.ready_sum, "shm_bytes": inbox.shm_bytes,
-                "restarts": sum(h.restarts for h in handles)}
+                "restarts": sum(h.restarts for h in handles), "stages": dict(inbox.stages)}
 
     @property
     def closed(self) -> bool:

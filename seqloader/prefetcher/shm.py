@@ -1,4 +1,5 @@
-"""Shared-memory slots: the parent's pool, a worker's view of it, and the result encoding.
+"""Shared-memory slots: the parent's pool and a worker's view of it (the result encoding is in
+:mod:`seqloader.prefetcher.payload`; its names are importable from here too).
 
 A *slot* is one POSIX shared-memory segment (``/dev/shm/seqloader_<pid>_<random>``) that carries
 one result at a time from one worker to the parent. Ownership is never by convention:
@@ -10,17 +11,18 @@ one result at a time from one worker to the parent. Ownership is never by conven
   leave a file in ``/dev/shm``. Each process holds one descriptor per slot (the one inside its
   ``mmap``), which ``mmap.resize`` uses to remap a grown slot.
 - Each slot belongs to **one worker** (the worker that maps it), which writes a result into it
-  (:func:`write_payload`). A result larger than the slot grows it in place (``ftruncate`` by the
-  worker, remap by the parent); there is no size to tune and no silent pickling fallback. Plain
-  dense CPU tensors and numpy arrays are written as out-of-band buffers; other tensors (nested,
-  sparse, quantized, subclasses, other devices) are pickled by torch's reduction into the same
-  slot (:func:`is_plain_tensor`).
-- The parent reads a result with :func:`read_payload`. Arrays and tensors in the result are
-  *views* of the slot, kept alive by reference counting: every view holds a *lease* (a ctypes
-  array over the slot's mapping) and the slot goes back to the pool only when the last view of
-  that result is garbage. So a returned batch is never overwritten, however long it is kept;
-  a user that holds many results simply makes the pool allocate more slots, and free slots
-  beyond a small bound per worker are destroyed.
+  (:func:`~seqloader.prefetcher.payload.write_payload`; the encoding, and values that write
+  themselves into the slot, are in :mod:`seqloader.prefetcher.payload`). A result larger than
+  the slot grows it in place (``ftruncate`` by the worker, remap by the parent); there is no
+  size to tune and no silent pickling fallback. Plain dense CPU tensors and numpy arrays are
+  written as out-of-band buffers; other tensors (nested, sparse, quantized, subclasses, other
+  devices) are pickled by torch's reduction into the same slot (:func:`is_plain_tensor`).
+- The parent reads a result with :func:`~seqloader.prefetcher.payload.read_payload`. Arrays and
+  tensors in the result are *views* of the slot, kept alive by reference counting: every view
+  holds a *lease* (a ctypes array over the slot's mapping) and the slot goes back to the pool
+  only when the last view of that result is garbage. So a returned batch is never overwritten,
+  however long it is kept; a user that holds many results simply makes the pool allocate more
+  slots, and free slots beyond a small bound per worker are destroyed.
 - A worker that dies and is replaced (``restarts``) has its slots *retired*
   (:meth:`SlotPool.retire`): no process can map them by name any more, so its free and busy
   slots are destroyed, its leased ones live on until their values die, and its replacement gets
@@ -35,30 +37,23 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import io
 import mmap
 import os
-import pickle
 import secrets
 import weakref
-from typing import Any
 
 import _posixshmem
-import torch
 
-from seqloader.prefetcher.messages import Payload
+# The result encoding lives in payload.py; its names stay importable from here.
+from seqloader.prefetcher.payload import encode, is_plain_tensor, read_and_release, read_payload, write_payload
 
-__all__ = ["SHM_PREFIX", "SlotPool", "WorkerSlots", "is_plain_tensor", "read_payload", "write_payload"]
+__all__ = ["SHM_PREFIX", "SlotPool", "WorkerSlots", "encode", "is_plain_tensor", "read_and_release", "read_payload",
+           "write_payload"]
 
 #: Every segment seqloader creates starts with this (``tests/conftest.py`` checks for leaks).
 SHM_PREFIX = "seqloader_"
-_ALIGN = 64
 _MIN_SIZE = 1 << 16
 _RETIRED = -1  # the owner of a leased slot whose worker died (SlotPool.retire)
-
-
-def _align(n: int) -> int:
-    return (n + _ALIGN - 1) & ~(_ALIGN - 1)
 
 
 def _round_size(n: int) -> int:
@@ -89,92 +84,6 @@ def unlink_segment(name: str) -> None:
         _posixshmem.shm_unlink(name)
     except FileNotFoundError:
         pass
-
-
-# --------------------------------------------------------------------------- encoding
-
-
-def _rebuild_tensor(buf, dtype, shape, requires_grad):
-    if len(buf) == 0:
-        t = torch.empty(shape, dtype=dtype)
-    else:
-        t = torch.frombuffer(buf, dtype=torch.uint8).view(dtype).view(shape)
-    return t.requires_grad_(requires_grad) if requires_grad else t
-
-
-def is_plain_tensor(obj: Any) -> bool:
-    """Whether ``obj`` is a plain dense CPU tensor, whose storage can be an out-of-band buffer.
-
-    Exactly ``torch.Tensor`` (no subclass: ``Parameter``, tensor wrappers), strided layout (not
-    sparse), neither nested nor quantized, on the CPU, without Python attributes. Every other
-    tensor is pickled by torch's own reduction, *in band*, into the same slot (its parts that
-    are plain tensors, such as a sparse tensor's indices and values, still travel out of band).
-
-    Example:
-        >>> is_plain_tensor(torch.ones(2, 3).t()), is_plain_tensor(torch.ones(2).to_sparse())
-        (True, False)
-        >>> is_plain_tensor(torch.nn.Parameter(torch.ones(2))), is_plain_tensor(torch.ones(2, device="meta"))
-        (False, False)
-    """
-    return (type(obj) is torch.Tensor and obj.layout is torch.strided and obj.device.type == "cpu"
-            and not obj.is_nested and not obj.is_quantized and not obj.__dict__)
-
-
-class _Pickler(pickle.Pickler):
-    """Protocol-5 pickler that sends plain CPU tensors out of band (numpy arrays already are)."""
-
-    def reducer_override(self, obj):
-        if is_plain_tensor(obj):
-            t = obj.detach().resolve_conj().resolve_neg().contiguous()
-            raw = t.reshape(-1).view(torch.uint8).numpy()
-            return _rebuild_tensor, (pickle.PickleBuffer(raw), t.dtype, tuple(t.shape), obj.requires_grad)
-        return NotImplemented
-
-
-def encode(value: Any) -> tuple[memoryview, list]:
-    """Pickle ``value``; return the in-band bytes and the raw out-of-band buffers."""
-    buffers: list = []
-    f = io.BytesIO()
-    _Pickler(f, protocol=5, buffer_callback=buffers.append).dump(value)
-    return f.getbuffer(), [b.raw() for b in buffers]
-
-
-def write_payload(value: Any, slots: "WorkerSlots", slot_id: int) -> Payload:
-    """Pickle ``value`` into slot ``slot_id`` (growing it if needed); return its :class:`Payload`.
-
-    Raises:
-        Exception: whatever pickling ``value`` raises (the caller reports it as a failure).
-    """
-    data, raws = encode(value)
-    layout = []
-    end = _align(len(data))
-    for r in raws:
-        layout.append((end, r.nbytes))
-        end = _align(end + r.nbytes)
-    mm = slots.ensure(slot_id, end)
-    mm[: len(data)] = data
-    for (off, n), r in zip(layout, raws):
-        mm[off: off + n] = r
-    return Payload(slot_id, len(mm), len(data), tuple(layout))
-
-
-def read_payload(payload: Payload, pool: "SlotPool") -> Any:
-    """Unpickle a payload from the parent's mapping; arrays and tensors are leased views."""
-    mm = pool.mapping(payload.slot_id, payload.size)
-    data = mm[: payload.data_len]
-    if not payload.buffers:
-        return pickle.loads(data)
-    lease = pool.lease(payload.slot_id)
-    view = memoryview(lease).cast("B")
-    return pickle.loads(data, buffers=[view[o: o + n] for o, n in payload.buffers])
-
-
-def read_and_release(payload: Payload, pool: "SlotPool") -> Any:
-    """:func:`read_payload`, then give the slot back unless the value leases it."""
-    try:
-        return read_payload(payload, pool)
-    finally:
-        pool.release(payload.slot_id)
 
 
 # --------------------------------------------------------------------------- parent side

@@ -2,8 +2,13 @@
 
 A worker owns one sequence (replaced by :class:`~seqloader.prefetcher.messages.Retarget`), reads
 :class:`~seqloader.prefetcher.messages.Job` messages from its own pipe, computes ``seq[index]``
-and writes the result into the job's shared-memory slot (:mod:`seqloader.prefetcher.shm`). Set-up:
-SIGINT ignored, one intra-op torch thread, then ``worker_init_fn(worker_id)``, reported with
+and writes the result into the job's shared-memory slot (:mod:`seqloader.prefetcher.shm`); a
+result that is a :class:`~seqloader.prefetcher.payload.SlotWriter` writes itself there, as part
+of computing the item. With stage timing on in the process (:mod:`seqloader.sequences.stage_times`,
+enabled by the caller's ``worker_init_fn``), pickling and writing the result count as the stage
+``"transfer"``, and each reply carries the item's stage times. Set-up:
+SIGINT ignored, one intra-op torch thread, glibc's heap told to keep large freed buffers
+(:mod:`seqloader.prefetcher.heap`), then ``worker_init_fn(worker_id)``, reported with
 :class:`~seqloader.prefetcher.messages.Ready` (or :class:`~seqloader.prefetcher.messages.WorkerFailed`);
 whatever else a worker needs (seeds, torch's ``WorkerInfo``) is the caller's ``worker_init_fn``'s business.
 The parent's side (process handles, the shutdown protocol) is in :mod:`seqloader.prefetcher.crew`.
@@ -23,6 +28,7 @@ from typing import Any
 
 import torch
 
+from seqloader.prefetcher.heap import keep_large_buffers
 from seqloader.prefetcher.messages import (
     Cancelled,
     Failure,
@@ -35,9 +41,14 @@ from seqloader.prefetcher.messages import (
     WorkerConfig,
     WorkerFailed,
 )
+from seqloader.prefetcher.payload import Encoded, Reservation, SlotWriter, _set_permit, encode_payload
 from seqloader.prefetcher.shm import WorkerSlots, unlink_segment, write_payload
+from seqloader.sequences import stage_times
 
-__all__ = ["dumps_seq", "error_report", "loads_seq", "recv", "send", "worker_main"]
+__all__ = ["TRANSFER", "dumps_seq", "error_report", "loads_seq", "recv", "send", "worker_main"]
+
+#: The stage name of pickling a result and writing it into its slot (when stages are timed).
+TRANSFER = "transfer"
 
 #: How often (seconds) an idle worker checks that its parent is alive.
 PARENT_CHECK_INTERVAL = 0.25
@@ -113,6 +124,7 @@ def error_report(exc: BaseException) -> dict:
 
 def _set_up(config: WorkerConfig) -> None:
     torch.set_num_threads(1)  # workers are processes: one intra-op thread each, as in torch
+    keep_large_buffers()  # no page faults per item for a large result built in a fresh buffer
     if config.worker_init_fn is not None:
         config.worker_init_fn(config.worker_id)
 
@@ -129,22 +141,68 @@ def _parent_alive(ppid: int, parent_pid: int) -> bool:
     return True
 
 
-def _compute(seq, job: Job, slots: WorkerSlots):
-    start = time.perf_counter()
+class _Unsendable(Exception):
+    """Pickling an item's value failed (wraps the error, which :func:`_compute` reports)."""
+
+
+def _evaluate(seq, job: Job, slots: WorkerSlots, times) -> Encoded:
+    """``seq[job.index]`` (written by itself into the slot if it is a :class:`SlotWriter`), pickled
+    but not written: the value, and every view of the slot it holds, die with this frame."""
+    _set_permit(True)
     try:
         value = seq[job.index]
-    except Exception as exc:
-        return Failure(job.gen, job.index, write_payload(error_report(exc), slots, job.slot_id),
-                       time.perf_counter() - start)
+    finally:
+        _set_permit(False)
+    token = times.begin() if times is not None else None
+    reservation = None
+    if isinstance(value, SlotWriter):  # part of computing the item: its errors are the item's
+        reservation = Reservation(slots, job.slot_id)
+        value = value.write_into_slot(reservation.reserve)
     try:
-        payload = write_payload(value, slots, job.slot_id)
-        return Result(job.gen, job.index, payload, time.perf_counter() - start)
+        encoded = encode_payload(value, reservation)
     except Exception as exc:
-        err = TypeError(f"prefetch: item {job.index} cannot be sent to the parent process "
-                        f"({type(exc).__name__}: {exc}); items must be picklable")
-        err.__cause__ = exc
-        return Failure(job.gen, job.index, write_payload(error_report(err), slots, job.slot_id),
-                       time.perf_counter() - start)
+        raise _Unsendable() from exc
+    if token is not None:
+        times.end(TRANSFER, token)
+    return encoded
+
+
+def _clear_frames(exc: BaseException | None) -> None:
+    """Drop the locals of the finished frames of ``exc`` and its causes: a view of the slot held
+    there would keep the slot from growing for the error report."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
+
+
+def _stages(times) -> tuple:
+    return () if times is None else tuple(times.take().items())
+
+
+def _compute(seq, job: Job, slots: WorkerSlots):
+    start = time.perf_counter()
+    times = stage_times.current()
+    try:
+        encoded = _evaluate(seq, job, slots, times)
+        token = times.begin() if times is not None else None
+        payload = encoded.write(slots, job.slot_id)
+        if times is not None and token is not None:
+            times.end(TRANSFER, token)
+        return Result(job.gen, job.index, payload, time.perf_counter() - start, _stages(times))
+    except _Unsendable as wrapped:
+        cause = wrapped.__cause__
+        exc: Exception = TypeError(f"prefetch: item {job.index} cannot be sent to the parent process "
+                                   f"({type(cause).__name__}: {cause}); items must be picklable")
+        exc.__cause__ = cause
+    except Exception as err:
+        exc = err
+    report = error_report(exc)
+    _clear_frames(exc)
+    del exc
+    return Failure(job.gen, job.index, write_payload(report, slots, job.slot_id), time.perf_counter() - start,
+                   _stages(times))
 
 
 class _Stopped(Exception):

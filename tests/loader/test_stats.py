@@ -86,7 +86,8 @@ def test_the_hint_speaks_only_when_the_numbers_support_it():
     idle_workers = EpochStats(0, batches=100, wait_s=6.0, work_s=4.0, workers=[{"busy_s": 3.0, "items": 50}] * 2)
     not_waiting = EpochStats(0, batches=100, wait_s=0.5, work_s=9.5, workers=[{"busy_s": 9.9, "items": 50}] * 2)
     assert idle_workers.hint(2, 8) is None and not_waiting.hint(2, 8) is None
-    assert EpochStats(0, batches=100, wait_s=6.0, work_s=4.0).hint(0, 8) is None
+    assert EpochStats(0, batches=100, wait_s=6.0, work_s=4.0).hint(0, 8) == (
+        "input-bound: 60% of wall time waiting for data with num_workers=0; try num_workers=2")
 
 
 def test_an_optional_periodic_log_line(clock, caplog):

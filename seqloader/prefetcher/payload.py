@@ -1,0 +1,275 @@
+"""A result in a slot: protocol-5 pickling with out-of-band buffers, and values that write themselves.
+
+A worker's result goes into its job's slot (:mod:`seqloader.prefetcher.shm`) as a
+:class:`~seqloader.prefetcher.messages.Payload`; the parent unpickles it with arrays and tensors
+as leased views of the slot (:func:`read_payload`). The layout of a slot holding a result::
+
+    [ buffers a slot writer wrote in place ][ pickle bytes ][ the other out-of-band buffers ]
+      0 ............................ data_offset .......... each at a 64-byte aligned offset
+
+**Slot writers.** Most values are computed in ordinary memory and copied into the slot when they
+are pickled (:func:`write_payload`). A value may instead be a :class:`SlotWriter`: the worker then
+calls ``value.write_into_slot(reserve)`` *as part of computing the item* (its errors are the
+item's errors), where ``reserve(sizes)`` grows the job's slot once and returns one writable
+``memoryview`` per size, each a 64-byte aligned region of the slot. It returns the value to send,
+whose arrays and tensors may view those regions; pickling that value does not copy a buffer that
+already lies in a reserved region (:func:`encode_payload` compares addresses with the mapping's),
+it only records its offset. So the bytes are written once, straight where the parent reads them.
+
+The rule that keeps it safe: ``mmap.resize`` fails while any view of the mapping is exported. The
+slot is grown by ``reserve`` before the first view exists, with room to spare for the pickle bytes
+(:data:`HEADROOM`); the value (and every view) is dropped before the slot is grown again, which
+only a value with more than that many bytes outside the regions needs (:meth:`Encoded.write`). A
+writer must not keep a view past ``write_into_slot``: a view still alive at a resize is reported
+as the item's error (``RuntimeError``), never written around.
+
+:func:`take_writer_permit` tells code computing an item whether it may return a writer: ``True``
+once per job, in a worker, to the first code that asks. A sequence that may return a writer asks
+first thing in its ``_item``, so what it runs inside the item (a loader read inside a dataset,
+whose result is used there and never written into a slot) gets ``False``.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import operator
+import pickle
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from seqloader.prefetcher.messages import Payload
+
+__all__ = ["HEADROOM", "Encoded", "Reservation", "SlotWriter", "encode", "encode_payload", "is_plain_tensor",
+           "read_and_release", "read_payload", "take_writer_permit", "write_payload"]
+
+_ALIGN = 64
+#: Bytes a :class:`Reservation` adds after the regions, for the pickle bytes and small buffers.
+HEADROOM = 1 << 16
+
+_permit = False  # set by the worker around seq[index]; taken (once) by take_writer_permit()
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) & ~(_ALIGN - 1)
+
+
+def _address(buf: Any) -> int:
+    """The address of a contiguous buffer's first byte."""
+    return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data)
+
+
+# --------------------------------------------------------------------------- pickling
+
+
+def _rebuild_tensor(buf, dtype, shape, requires_grad):
+    if len(buf) == 0:
+        t = torch.empty(shape, dtype=dtype)
+    else:
+        t = torch.frombuffer(buf, dtype=torch.uint8).view(dtype).view(shape)
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def is_plain_tensor(obj: Any) -> bool:
+    """Whether ``obj`` is a plain dense CPU tensor, whose storage can be an out-of-band buffer.
+
+    Exactly ``torch.Tensor`` (no subclass: ``Parameter``, tensor wrappers), strided layout (not
+    sparse), neither nested nor quantized, on the CPU, without Python attributes. Every other
+    tensor is pickled by torch's own reduction, *in band*, into the same slot (its parts that
+    are plain tensors, such as a sparse tensor's indices and values, still travel out of band).
+
+    Example:
+        >>> is_plain_tensor(torch.ones(2, 3).t()), is_plain_tensor(torch.ones(2).to_sparse())
+        (True, False)
+        >>> is_plain_tensor(torch.nn.Parameter(torch.ones(2))), is_plain_tensor(torch.ones(2, device="meta"))
+        (False, False)
+    """
+    return (type(obj) is torch.Tensor and obj.layout is torch.strided and obj.device.type == "cpu"
+            and not obj.is_nested and not obj.is_quantized and not obj.__dict__)
+
+
+class _Pickler(pickle.Pickler):
+    """Protocol-5 pickler that sends plain CPU tensors out of band (numpy arrays already are)."""
+
+    def reducer_override(self, obj):
+        if is_plain_tensor(obj):
+            t = obj.detach().resolve_conj().resolve_neg().contiguous()
+            raw = t.reshape(-1).view(torch.uint8).numpy()
+            return _rebuild_tensor, (pickle.PickleBuffer(raw), t.dtype, tuple(t.shape), obj.requires_grad)
+        return NotImplemented
+
+
+def encode(value: Any) -> tuple[memoryview, list]:
+    """Pickle ``value``; return the in-band bytes and the raw out-of-band buffers."""
+    buffers: list = []
+    f = io.BytesIO()
+    _Pickler(f, protocol=5, buffer_callback=buffers.append).dump(value)
+    return f.getbuffer(), [b.raw() for b in buffers]
+
+
+# --------------------------------------------------------------------------- slot writers
+
+
+class SlotWriter:
+    """A value that writes itself into its job's slot (see the module docstring).
+
+    Subclasses implement :meth:`write_into_slot`; the worker calls it right after ``seq[index]``
+    returned the writer, in the same process, before anything else is computed.
+    """
+
+    __slots__ = ()
+
+    def write_into_slot(self, reserve: Callable[[Sequence[int]], list[memoryview]]) -> Any:
+        """Write into regions from ``reserve(sizes)`` (call it at most once); return the value to send."""
+        raise NotImplementedError
+
+
+def take_writer_permit() -> bool:
+    """Whether the item being computed may be a :class:`SlotWriter`: ``True`` at most once per job, to
+    the first caller while a worker computes it (see the module docstring).
+
+    Example:
+        >>> take_writer_permit()   # not computing a job of a worker
+        False
+    """
+    global _permit
+    permit, _permit = _permit, False
+    return permit
+
+
+def _set_permit(value: bool) -> None:
+    global _permit
+    _permit = value
+
+
+def _grow(slots: Any, slot_id: int, nbytes: int) -> Any:
+    """``slots.ensure(slot_id, nbytes)``; a view still exported blocks the resize: an error."""
+    try:
+        return slots.ensure(slot_id, nbytes)
+    except BufferError:
+        gc.collect()  # a view held only by a reference cycle
+        try:
+            return slots.ensure(slot_id, nbytes)
+        except BufferError as exc:
+            raise RuntimeError(f"prefetch: slot {slot_id} cannot grow to {nbytes} bytes while a view of it is "
+                               "alive; a SlotWriter must not keep the views reserve() gave it") from exc
+
+
+class Reservation:
+    """The regions one job's :class:`SlotWriter` reserved in its slot (``reserve`` is its method).
+
+    ``end`` is where the regions end (the pickle bytes start there), ``0`` until ``reserve``.
+    """
+
+    __slots__ = ("_slots", "_slot_id", "_base", "end")
+
+    def __init__(self, slots: Any, slot_id: int):
+        self._slots, self._slot_id = slots, slot_id
+        self._base: Optional[int] = None
+        self.end = 0
+
+    def reserve(self, sizes: Sequence[int]) -> list[memoryview]:
+        """One writable view per size, each at a 64-byte aligned offset of the slot, grown once.
+
+        Raises:
+            RuntimeError: called twice for one item.
+            TypeError, ValueError: a size is not an int ``>= 0``.
+        """
+        if self._base is not None:
+            raise RuntimeError("prefetch: reserve() was called twice for one item; reserve every region in one call")
+        spans, end = [], 0
+        for n in sizes:
+            n = operator.index(n)
+            if n < 0:
+                raise ValueError(f"prefetch: reserve() needs sizes >= 0 (got {n})")
+            spans.append((end, n))
+            end = _align(end + n)
+        whole = memoryview(_grow(self._slots, self._slot_id, end + HEADROOM))  # before any view exists
+        self._base, self.end = _address(whole), end
+        return [whole[o: o + n] for o, n in spans]
+
+    def offset_of(self, raw: memoryview) -> Optional[int]:
+        """The offset of ``raw`` in the slot if it lies inside the reserved regions, else ``None``."""
+        if self._base is None or not raw.nbytes:
+            return None
+        off = _address(raw) - self._base
+        return off if 0 <= off and off + raw.nbytes <= self.end else None
+
+
+class Encoded:
+    """A value pickled for a slot, not written yet: the pickle bytes and, per out-of-band buffer,
+    either its offset in the slot (a writer put it there) or the buffer to copy. It holds no view
+    of the slot, so :meth:`write` may grow it."""
+
+    __slots__ = ("data", "placed", "start")
+
+    def __init__(self, data: memoryview, placed: list, start: int):
+        self.data, self.placed, self.start = data, placed, start
+
+    def write(self, slots: Any, slot_id: int) -> Payload:
+        """Write the pickle bytes (at ``start``) and the buffers to copy; return the :class:`Payload`."""
+        data, start = self.data, self.start
+        layout = []
+        end = _align(start + len(data))
+        for item in self.placed:
+            if isinstance(item, tuple):
+                layout.append(item)
+            else:
+                layout.append((end, item.nbytes))
+                end = _align(end + item.nbytes)
+        mm = _grow(slots, slot_id, end)
+        mm[start: start + len(data)] = data
+        for (off, n), item in zip(layout, self.placed):
+            if not isinstance(item, tuple):
+                mm[off: off + n] = item
+        return Payload(slot_id, len(mm), len(data), tuple(layout), start)
+
+
+def encode_payload(value: Any, reservation: Optional[Reservation] = None) -> Encoded:
+    """Pickle ``value``; buffers inside ``reservation``'s regions are recorded, not copied.
+
+    Raises:
+        Exception: whatever pickling ``value`` raises.
+    """
+    data, raws = encode(value)
+    if reservation is None or not reservation.end:
+        return Encoded(data, raws, 0)
+    placed = []
+    for r in raws:
+        off = reservation.offset_of(r)
+        placed.append(r if off is None else (off, r.nbytes))
+    return Encoded(data, placed, reservation.end)
+
+
+def write_payload(value: Any, slots: Any, slot_id: int) -> Payload:
+    """Pickle ``value`` into slot ``slot_id`` of ``slots`` (a ``WorkerSlots``, growing it if needed).
+
+    Raises:
+        Exception: whatever pickling ``value`` raises (the caller reports it as a failure).
+    """
+    return encode_payload(value).write(slots, slot_id)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_payload(payload: Payload, pool: Any) -> Any:
+    """Unpickle a payload from the parent's mapping (``pool``: the ``SlotPool``); arrays and
+    tensors are leased views."""
+    mm = pool.mapping(payload.slot_id, payload.size)
+    data = mm[payload.data_offset: payload.data_offset + payload.data_len]
+    if not payload.buffers:
+        return pickle.loads(data)
+    lease = pool.lease(payload.slot_id)
+    view = memoryview(lease).cast("B")
+    return pickle.loads(data, buffers=[view[o: o + n] for o, n in payload.buffers])
+
+
+def read_and_release(payload: Payload, pool: Any) -> Any:
+    """:func:`read_payload`, then give the slot back unless the value leases it."""
+    try:
+        return read_payload(payload, pool)
+    finally:
+        pool.release(payload.slot_id)
