@@ -141,7 +141,7 @@ class _Parquet(TableSource):
         k, g = self._where[b]
         pf = self._file(k)
         self._files.check(k)
-        return pf.read_row_group(g, columns=self._schema_names)
+        return pf.read_row_group(g, columns=self._schema_names, use_threads=False)
 
     def _read_remote(self, b: int) -> Any:
         k, g = self._where[b]
