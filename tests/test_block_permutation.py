@@ -54,6 +54,8 @@ def test_a_permutation_and_the_scalar_path_agrees(sizes, window, seed, lanes, ch
     order = perm(np.arange(n))
     assert order.dtype == np.int64 and sorted(order.tolist()) == list(range(n))
     assert [perm.index(p) for p in range(n)] == order.tolist()
+    for lo in range(0, n, 5):  # short runs (often inside one window: the one-window fast path)
+        assert perm(np.arange(lo, min(lo + 5, n))).tolist() == order[lo:lo + 5].tolist()
     assert len(perm) == n
 
 
