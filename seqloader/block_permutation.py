@@ -160,30 +160,18 @@ def _network(x: _U64, a: _U64, b: _U64, keys: list[_U64]) -> _U64:
 
 def _feistel(x: _U64, m: _U64, w: _U64, key: int) -> _U64:
     """Element ``i``: the image of ``x[i]`` under window ``w[i]``'s bijection of ``[0, m[i])``."""
-    if x.size > 1 and w[0] == w[-1] and bool((w == w[0]).all()):
-        # the usual call (a batch inside one window): its shape and keys are scalars, computed once
-        return _feistel_one(x, m[:1], w[:1], key)
+    one = x.size > 1 and w[0] == w[-1] and bool((w == w[0]).all())
+    if one:  # the usual call (a run inside one window): its shape and keys computed once, broadcast
+        m, w = m[:1], w[:1]
     a = _ceil_sqrt(m)
     b = (m + a - _U[1]) // a
     keys = _round_keys(w, key)
     y = _network(x, a, b, keys)
     todo = np.flatnonzero(y >= m)
     while todo.size:  # cycle-walk the few that land in [m, a*b)
-        y[todo] = _network(y[todo], a[todo], b[todo], [k[todo] for k in keys])
-        todo = todo[y[todo] >= m[todo]]
-    return y
-
-
-def _feistel_one(x: _U64, m: _U64, w: _U64, key: int) -> _U64:
-    """:func:`_feistel` for positions all in one window (``m``, ``w``: its one-element arrays)."""
-    a = _ceil_sqrt(m)[0]
-    b = (m[0] + a - _U[1]) // a
-    keys = [k[0] for k in _round_keys(w, key)]
-    y = _network(x, a, b, keys)
-    todo = np.flatnonzero(y >= m[0])
-    while todo.size:
-        y[todo] = _network(y[todo], a, b, keys)
-        todo = todo[y[todo] >= m[0]]
+        sub: Any = slice(None) if one else todo  # (one window: the shape and keys broadcast)
+        y[todo] = _network(y[todo], a[sub], b[sub], [k[sub] for k in keys])
+        todo = todo[y[todo] >= m[sub]]
     return y
 
 
