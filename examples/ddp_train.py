@@ -18,6 +18,7 @@ rank 0 saves it and any number of processes can load it.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 
 import torch
@@ -94,15 +95,22 @@ def main() -> None:
                 save()
                 if rank == 0:
                     print(f"stopped in epoch {epoch} after {steps} steps; checkpoint in {args.checkpoint}")
-                dist.destroy_process_group()
-                return
-        dist.all_reduce(total)
-        save()
-        if rank == 0:
-            print(f"epoch {epoch}: {epoch_steps} steps per rank x {world_size} ranks, "
-                  f"mean loss {total[0] / total[1]:.4f}")
-    if rank == 0:
+                break
+        else:
+            dist.all_reduce(total)
+            save()
+            if rank == 0:
+                print(f"epoch {epoch}: {epoch_steps} steps per rank x {world_size} ranks, "
+                      f"mean loss {total[0] / total[1]:.4f}")
+            continue
+        break  # stopped early
+    if rank == 0 and steps != args.stop_after:
         print("weights:", [round(w, 2) for w in model.module.weight.flatten().tolist()])
+    # DDP holds the process group: free the model first, so that gloo's threads are joined here and
+    # not during the interpreter's teardown (which can abort: "terminate called without an active
+    # exception")
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 
