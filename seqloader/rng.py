@@ -37,6 +37,7 @@ PURPOSES = {
     "block_shuffle": 7,
     "mix_weights": 8,
     "weighted_sampler": 9,
+    "thread_worker": 10,
 }
 
 #: Seeds are unsigned 64-bit integers.

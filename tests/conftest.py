@@ -16,7 +16,7 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, settings
 
-from seqloader.prefetcher.shm import SHM_PREFIX
+from seqloader.prefetcher.processes.shm import SHM_PREFIX
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=60,
                           suppress_health_check=[HealthCheck.too_slow])

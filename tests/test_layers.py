@@ -99,7 +99,7 @@ def seqloader_imports(path: pathlib.Path) -> set[str]:
 
 def test_every_module_has_a_layer():
     assert not [m for m in MODULES if layer_of(m) is None]
-    assert {"seqloader.sequences.base", "seqloader.loader.dataloader", "seqloader.prefetcher.worker"} <= set(MODULES)
+    assert {"seqloader.sequences.base", "seqloader.loader.dataloader", "seqloader.prefetcher.processes.worker"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

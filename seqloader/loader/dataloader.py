@@ -44,7 +44,7 @@ from seqloader.loader.state_checks import check_ahead, check_matches, check_posi
 from seqloader.loader.stats import LoaderStats
 from seqloader.loader.steps import schedule_of
 from seqloader.loader.torch_compat import pin_device
-from seqloader.loader.workers import Workers, check_worker_restarts
+from seqloader.loader.workers import Workers, check_threads_per_worker, check_worker_method, check_worker_restarts
 from seqloader.rng import check_seed
 from seqloader.shuffle_sampler import SeekableSampler
 
@@ -93,6 +93,14 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         profile_stages: time each stage (``smap``/``rng_map`` functions, fetch, collate, the
             transfer, pinning) for ``stats()["current"]["stages"]`` and the hint; off by default.
             Workers read it when they start. See ``docs/input_bound.md``.
+        worker_method: torch's keyword. ``"multiprocessing"`` (default): ``num_workers`` worker
+            processes, batches through shared memory. ``"thread"``: ``num_workers`` threads of this
+            process, batches handed over by reference (no copy, one dataset object); for decoders
+            that release the GIL. Batches and states are the same either way (a state saved under
+            one resumes under the other); see ``docs/threads.md``.
+        threads_per_worker: with ``"multiprocessing"``, batches each worker process computes at
+            once in its own threads ("threads inside processes": decoding scales inside each
+            process while the training process only receives); ``1`` (default): one.
 
     Raises:
         ValueError, TypeError: as torch for bad argument combinations; a bad ``seed`` or restarts.
@@ -117,7 +125,8 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
                  prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
                  pin_memory_device: str = "", in_order: bool = True, snapshot_every_n_steps: Optional[int] = 1,
                  seed: Optional[int] = None, max_worker_restarts: int = 0,
-                 batch_size_schedule: Optional[Sequence[Any]] = None, profile_stages: bool = False):
+                 batch_size_schedule: Optional[Sequence[Any]] = None, profile_stages: bool = False,
+                 worker_method: str = "multiprocessing", threads_per_worker: int = 1):
         # seqloader's own attributes come first: Lightning records what is set after torch's
         # __init__ and replays it on the loader it rebuilds (with its DistributedSampler).
         self.shuffle = shuffle
@@ -125,6 +134,8 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         self.batch_size_schedule = batch_size_schedule
         self.seed = world.draw_seed(generator) if seed is None else check_seed("DataLoader", seed)
         self.max_worker_restarts = check_worker_restarts(max_worker_restarts, num_workers)
+        self.worker_method = check_worker_method(worker_method, num_workers)
+        self.threads_per_worker = check_threads_per_worker(threads_per_worker, self.worker_method, num_workers)
         if not isinstance(profile_stages, bool):
             raise TypeError(f"DataLoader: profile_stages must be a bool (got {type(profile_stages).__name__})")
         self.profile_stages = profile_stages
@@ -206,8 +217,8 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         if self.timeout and self.num_workers == 0:
             raise ValueError(f"DataLoader: timeout={self.timeout} needs num_workers > 0 (got "
                              "num_workers=0); set timeout=0 or use worker processes")
-        if self.num_workers > 0:
-            self.check_worker_number_rationality()
+        if self.num_workers > 0 and self.worker_method == "multiprocessing":
+            self.check_worker_number_rationality()  # torch's advice counts processes
         if not self._is_iterable and self._builtin_order:
             world.check_seed_is_shared(self._seed_world)
         device = pin_device(self.pin_memory, self.pin_memory_device)

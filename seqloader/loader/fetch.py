@@ -12,11 +12,11 @@ In a worker, the dataset sees ``get_worker_info()`` as in torch, but torch's def
 functions run with it hidden, so they stack into ordinary memory rather than a fresh
 shared-memory segment per batch (``Prefetch`` ships results through its own reused slots).
 
-**Collating into the slot.** In a worker, with torch's ``default_collate`` (and ``batch_size``
-set), the item is a :class:`SlotCollate` holding the fetched samples: the worker then runs
+**Collating into the slot.** In a worker process, which asks for ``slot_item(b)``, with torch's
+``default_collate`` (and ``batch_size`` set), the item is a :class:`SlotCollate` holding the fetched samples: the worker then runs
 ``default_collate`` with every stacked tensor written straight into its job's shared-memory slot
 (:func:`~seqloader.loader.torch_compat.collate_into_slot`, the L2 protocol in
-:mod:`seqloader.prefetcher.payload`), so each byte of a batch is written once and no buffer is
+:mod:`seqloader.prefetcher.processes.payload`), so each byte of a batch is written once and no buffer is
 allocated per batch. The values are ``default_collate``'s; a batch the slot path cannot place
 goes through ``default_collate`` as before. Another ``collate_fn``, ``num_workers=0`` and a
 loader nested in a dataset's code take the ordinary path.
@@ -30,9 +30,9 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from seqloader.errors import note_stage
-from seqloader.loader.seeding import DERIVATION, seed_globals
+from seqloader.loader.seeding import DERIVATION, seed_globals, watch_globals
 from seqloader.loader.torch_compat import collate_in_plain_memory, collate_into_slot, fetch, is_default_collate
-from seqloader.prefetcher.payload import SlotWriter, take_writer_permit
+from seqloader.prefetcher.processes.payload import SlotWriter
 from seqloader.sequences import stage_times
 from seqloader.sequences.base import LazySequence
 
@@ -95,9 +95,18 @@ class EpochBatches(LazySequence):
         return len(self._plan)
 
     def _item(self, b: int) -> Any:
-        in_slot = take_writer_permit()  # first: a loader read inside the dataset must not see it
+        return self._batch(b, False)
+
+    def slot_item(self, b: int) -> Any:
+        """Batch ``b`` as a worker computes it for its slot: with torch's ``default_collate``, a
+        :class:`SlotCollate` that the worker writes straight into the slot (the explicit request
+        of :mod:`seqloader.prefetcher.processes.payload`; reads inside the dataset index as usual)."""
+        return self._batch(b, True)
+
+    def _batch(self, b: int, in_slot: bool) -> Any:
         key, indices = self._plan.batch(b)
         seed_globals(self._seed, self._epoch, key, self._derivation)
+        watched = watch_globals()  # a thread worker: were the shared global generators drawn from?
         times = stage_times.current() if stage_times.ACTIVE is not None else None
         try:  # (try/except rather than annotate(): this runs once per batch, ~2 µs saved)
             if times is None:
@@ -105,17 +114,30 @@ class EpochBatches(LazySequence):
             else:
                 data = times.call(FETCH, fetch, self._dataset, indices, self._auto_collation)
             if in_slot and self._auto_collation and is_default_collate(self._collate_fn):
-                return SlotCollate(data, key, {"batch": b, "epoch": self._epoch})
-            if times is None:
-                return collate_in_plain_memory(self._collate_fn, data)
-            return times.call(COLLATE, collate_in_plain_memory, self._collate_fn, data)
+                out: Any = SlotCollate(data, key, {"batch": b, "epoch": self._epoch})
+            elif times is None:
+                out = collate_in_plain_memory(self._collate_fn, data)
+            else:
+                out = times.call(COLLATE, collate_in_plain_memory, self._collate_fn, data)
         except Exception as exc:
             note_stage(exc, "DataLoader", key, batch=b, epoch=self._epoch)
             raise
+        if watched is not None:
+            watched[0].check(watched[1], lambda: f"batch {b} of epoch {self._epoch}")
+        return out
 
     def indices(self, b: int) -> Any:
         """The dataset indices batch ``b`` reads (one index with ``batch_size=None``)."""
         return self._plan.batch(b)[1]
+
+    def describe(self, b: int) -> str:
+        """Batch ``b`` for messages: ``"batch 6 (dataset indices [24, 25, 26, 27])"``."""
+        indices = self.indices(b)
+        try:
+            listed: Any = [int(i) for i in indices]
+        except TypeError:  # one index (batch_size=None) or a custom sampler's keys
+            listed = indices
+        return f"batch {b} (dataset indices {listed})"
 
     def key(self, b: int) -> int:
         """The global position of batch ``b``'s first sample (its seeding key)."""

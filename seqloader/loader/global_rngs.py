@@ -101,6 +101,12 @@ def layout() -> Optional[Layout]:
     return None if gauss is None or index is None else Layout(gauss, index)
 
 
+def _same_numpy(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], bytes):  # raw bytes
+        return bool(a == b)
+    return bool(a[0] == b[0] and np.array_equal(a[1], b[1]) and a[2:] == b[2:])  # get_state() tuples
+
+
 class Snapshot:
     """The three global RNG states, taken when the snapshot is made; :meth:`restore` puts them back.
 
@@ -126,6 +132,25 @@ class Snapshot:
         inst = random._inst
         self._random = ctypes.string_at(id(inst) + where.random_index, _MT_BYTES)
         self._gauss_next = inst.gauss_next  # type: ignore[attr-defined]  # C-level attribute
+
+    def changed(self) -> list[str]:
+        """The generators whose state is not the saved one any more: some of ``"random"``,
+        ``"numpy.random"``, ``"torch"`` (a draw since the snapshot, or a reseed).
+
+        Example:
+            >>> import random
+            >>> snap = Snapshot(); _ = random.random(); snap.changed()
+            ['random']
+        """
+        now = Snapshot()
+        out = []
+        if now._random != self._random or getattr(now, "_gauss_next", None) != getattr(self, "_gauss_next", None):
+            out.append("random")
+        if not _same_numpy(now._numpy, self._numpy):
+            out.append("numpy.random")
+        if not torch.equal(now._torch, self._torch):
+            out.append("torch")
+        return out
 
     def restore(self) -> None:
         """Put the saved states back (a snapshot can be restored more than once)."""

@@ -34,6 +34,8 @@ class Settings(Protocol):
 
     dataset: Any
     num_workers: int
+    worker_method: str
+    threads_per_worker: int
     in_order: bool
     batch_size: Optional[int]
     drop_last: bool
@@ -89,7 +91,8 @@ def _opened(loader: Settings, progress: Progress, workers: Workers, stats: Loade
         source = reuse
     elif loader.num_workers > 0 and len(seq) > 0:
         # a stream's items must stay on their worker (affinity); batches may go to any free one
-        source = workers.open(loader, seq, progress.epoch, affinity=loader.in_order or streams, respawn=respawn)
+        source = workers.open(loader, seq, progress.epoch, affinity=loader.in_order or streams, respawn=respawn,
+                              describe=getattr(seq, "describe", None))
         source.start()
         stats.attach(source)
         # an in-order read would compute skipped items (the workers read ahead): take them
@@ -97,8 +100,9 @@ def _opened(loader: Settings, progress: Progress, workers: Workers, stats: Loade
         if unordered:
             source.seek(mark_from, skip=skip)
     owned = source is not seq and not workers.is_persistent(source)
+    guard = workers.guard if source is not seq and loader.worker_method == "thread" else None
     return Opened(seq, source, owned, unordered, progress.epoch, progress.position, progress.ahead,
-                  Watermark(mark_from, skip), progress.step, progress.recipe_changes)
+                  Watermark(mark_from, skip), progress.step, progress.recipe_changes, guard)
 
 
 def open_map_epoch(loader: Settings, recipe: Recipe, progress: Progress, workers: Workers,

@@ -4,22 +4,25 @@ User code (a dataset's ``__getitem__``, a ``collate_fn``) often draws from the g
 that reproducible whichever process computes an item, the item is computed right after
 :func:`seed_globals` with a seed derived from ``(seed, epoch, index)`` by
 :func:`seqloader.rng.derive_seed`. In the main process the caller's RNG states are saved and put
-back around that work by :func:`preserved_globals`.
+back around that work by :func:`preserved_globals`. A thread worker's generators are its own
+(:mod:`seqloader.loader.thread_workers`): :func:`seed_globals` seeds those there, with the same
+seeds, and :func:`watch_globals` lets its guard report draws from the shared globals.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
 
 from seqloader.loader.global_rngs import Snapshot
+from seqloader.loader.thread_workers import GlobalDrawGuard, current_thread_rngs
 from seqloader.rng import derive_seed, hash_seed
 
-__all__ = ["DERIVATION", "preserved_globals", "sampler_globals", "seed_globals", "torch_seed"]
+__all__ = ["DERIVATION", "preserved_globals", "sampler_globals", "seed_globals", "torch_seed", "watch_globals"]
 
 #: How ``(seed, epoch, position)`` turn into the epoch's order and the global-RNG seeds; saved in
 #: the loader's state (``"derivation"``) so that a state resumes with the scheme it was saved
@@ -43,7 +46,8 @@ def torch_seed(s: int, derivation: int = DERIVATION) -> int:
 
 
 def seed_globals(seed: int, epoch: int, index: int, derivation: int = DERIVATION) -> int:
-    """Seed ``random``, ``numpy.random`` and torch's default CPU generator for item ``index``.
+    """Seed ``random``, ``numpy.random`` and torch's default CPU generator for item ``index`` (in a
+    thread worker: the thread's own three, with the same seeds).
 
     Args:
         seed: the pipeline's seed, an int in ``[0, 2**64)``.
@@ -64,6 +68,14 @@ def seed_globals(seed: int, epoch: int, index: int, derivation: int = DERIVATION
         s = derive_seed(seed, "batch_globals", epoch, index)
     else:
         s = hash_seed(seed, "batch_globals", epoch, index)
+    rngs = current_thread_rngs()
+    if rngs is not None:
+        own = rngs.rng
+        _C_SEED(own.random_generator, s)
+        own.random_generator.gauss_next = None
+        own.numpy_generator.seed(s & 0xFFFFFFFF)
+        own.torch_generator.manual_seed(torch_seed(s, derivation))
+        return s
     # random.seed(s) without its Python wrapper (the same two steps, ~1 µs less per batch)
     _C_SEED(random._inst, s)
     random._inst.gauss_next = None  # type: ignore[attr-defined]
@@ -73,6 +85,15 @@ def seed_globals(seed: int, epoch: int, index: int, derivation: int = DERIVATION
     # preserved_globals does not restore.
     torch.default_generator.manual_seed(torch_seed(s, derivation))
     return s
+
+
+def watch_globals() -> Optional[tuple[GlobalDrawGuard, tuple]]:
+    """In a thread worker whose loader guards the global generators: the guard and what it
+    compares after the batch (``guard.check(watched, what)``); else ``None``."""
+    rngs = current_thread_rngs()
+    if rngs is None or rngs.guard is None:
+        return None
+    return rngs.guard, rngs.guard.watch()
 
 
 @contextlib.contextmanager

@@ -33,7 +33,6 @@ from seqloader.loader.fetch import COLLATE, FETCH, SlotCollate
 from seqloader.loader.seeding import DERIVATION, seed_globals
 from seqloader.loader.state import is_stateful
 from seqloader.loader.torch_compat import collate_in_plain_memory, is_default_collate
-from seqloader.prefetcher.payload import take_writer_permit
 from seqloader.sequences import stage_times
 from seqloader.sequences.base import LazySequence
 
@@ -135,7 +134,13 @@ class StreamBatches(LazySequence):
         return stream
 
     def _item(self, i: int) -> Any:
-        in_slot = take_writer_permit()  # first: a loader read inside the stream must not see it
+        return self._batch(i, False)
+
+    def slot_item(self, i: int) -> Any:
+        """Batch ``i`` as a worker process computes it for its slot (see ``EpochBatches.slot_item``)."""
+        return self._batch(i, True)
+
+    def _batch(self, i: int, in_slot: bool) -> Any:
         w = i % self._streams
         stream = self.stream(w)
         if stream.ended:

@@ -24,6 +24,16 @@ fields ``rng`` and ``worker_method``, which torch's process workers leave at the
 generators (``_RNG(random._inst, torch.default_generator, numpy's global RandomState)``) and makes
 ``get_worker_info()`` look at a thread-local info (its thread workers) before the module global.
 :func:`install_worker_info` follows whichever torch is installed, and the hiding clears both.
+
+**Thread workers** (``worker_method="thread"``, and threads inside worker processes) need a
+``WorkerInfo`` per thread: :func:`install_thread_worker_info` sets one with ``worker_method="thread"``
+and the thread's own generators in ``rng`` (what ``torch.thread_safe_generator()`` returns), in the
+thread-local storage torch's development branch reads. On a torch without it (2.13), the first call
+gives ``get_worker_info`` that branch's body: its code object is replaced in place (so references
+taken before, ``from torch.utils.data import get_worker_info``, see it too), reading the
+thread-local info first and torch's module global otherwise. It is done once per process, only when
+thread workers start, and changes nothing for a thread without an info of its own (the main
+thread, torch's own workers). ``tests/loader/test_torch_compat.py`` checks both torches' ways.
 ``tests/loader/test_torch_compat.py`` compares the info with the one torch's own workers build.
 """
 
@@ -34,6 +44,7 @@ import dataclasses
 import functools
 import random
 import signal
+import threading
 import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -45,8 +56,9 @@ from torch.utils.data._utils import worker as _worker
 from torch.utils.data._utils.fetch import _MapDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
-__all__ = ["collate_in_plain_memory", "collate_into_slot", "fetch", "is_default_collate", "install_worker_info", "numpy_worker_seed", "open_files_error",
-           "pin", "pin_device", "poison_error", "worker_error", "worker_info_hidden"]
+__all__ = ["collate_in_plain_memory", "collate_into_slot", "fetch", "install_thread_worker_info", "install_worker_info",
+           "is_default_collate", "numpy_worker_seed", "open_files_error", "pin", "pin_device", "poison_error",
+           "thread_generators", "worker_error", "worker_info_hidden"]
 
 #: torch's default collate functions: the ones that stack into shared memory inside a worker.
 TORCH_COLLATES = (default_collate, default_convert)
@@ -56,6 +68,26 @@ _FIELDS = {f.name for f in dataclasses.fields(_worker.WorkerInfo)}
 # (its worker loop is ``_process_worker_loop``); 2.13 defines ``_RNG`` but leaves ``rng`` unset.
 _RNG = getattr(_worker, "_RNG", None) if hasattr(_worker, "_process_worker_loop") else None
 _LOCAL = getattr(_worker, "_thread_local_worker_info", None)  # ... and its thread-local info
+_LOCAL_LOCK = threading.Lock()
+
+
+def _thread_aware_get_worker_info() -> Any:  # pragma: no cover - runs as torch's get_worker_info
+    # The body torch's development branch gives get_worker_info; its names are looked up in
+    # torch.utils.data._utils.worker, the module whose function takes this code.
+    info = getattr(_thread_local_worker_info, "worker_info", None)  # type: ignore[name-defined]  # noqa: F821
+    return info if info is not None else _worker_info  # type: ignore[name-defined]  # noqa: F821
+
+
+def _thread_local() -> Any:
+    """torch's thread-local worker info, made thread-aware on a torch without one (module docstring)."""
+    global _LOCAL
+    with _LOCAL_LOCK:
+        if _LOCAL is None:
+            local = threading.local()
+            _worker._thread_local_worker_info = local  # type: ignore[attr-defined]
+            _worker.get_worker_info.__code__ = _thread_aware_get_worker_info.__code__
+            _LOCAL = local
+        return _LOCAL
 
 
 # --------------------------------------------------------------------------- worker info and seeds
@@ -71,11 +103,12 @@ def numpy_worker_seed(base_seed: int, worker_id: int) -> list[int]:
     return list(_worker._generate_state(base_seed, worker_id))
 
 
-def install_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Any) -> Any:
+def install_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Any, thread_local: bool = False) -> Any:
     """Make ``get_worker_info()`` return what torch's process worker ``worker_id`` would.
 
     Called in a worker process after the global RNGs were seeded as torch seeds them (the
-    development branch records those generators in the info's ``rng``).
+    development branch records those generators in the info's ``rng``). ``thread_local``: for this
+    thread only (a worker process whose threads compute items keeps every info thread-local).
 
     Returns:
         The installed ``WorkerInfo``.
@@ -95,13 +128,57 @@ def install_worker_info(worker_id: int, num_workers: int, seed: int, dataset: An
                             torch_generator=torch.default_generator,
                             numpy_generator=np.random.mtrand._rand)
     info = _worker.WorkerInfo(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset, **extra)
-    _worker._worker_info = info
+    if thread_local:
+        _thread_local().worker_info = info
+    else:
+        _worker._worker_info = info
     return info
 
 
 def clear_worker_info() -> None:
     """Forget the installed info (``get_worker_info()`` returns ``None`` again); for tests and docs."""
     _worker._worker_info = None
+    if _LOCAL is not None:
+        _LOCAL.worker_info = None
+
+
+def thread_generators(seed: int) -> Any:
+    """Generators of a thread worker's own, seeded with ``seed``, in torch's ``_RNG`` container:
+    ``random.Random``, ``torch.Generator`` and numpy's legacy ``RandomState`` (what the global
+    ``random``, torch and ``numpy.random`` are to a process worker)."""
+    torch_generator = torch.Generator()
+    torch_generator.manual_seed(seed)
+    rs = np.random.RandomState(numpy_worker_seed(seed, 0))
+    rng_type = getattr(_worker, "_RNG", None)
+    if rng_type is None:  # pragma: no cover - a torch without the container
+        return None
+    return rng_type(random_generator=random.Random(seed), torch_generator=torch_generator, numpy_generator=rs)
+
+
+def install_thread_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Any, rng: Any) -> Any:
+    """Make ``get_worker_info()`` return, in this thread only, the info of thread worker ``worker_id``
+    (``worker_method="thread"``, ``rng``: the thread's generators, see :func:`thread_generators`).
+
+    Returns:
+        The installed ``WorkerInfo``.
+
+    Example:
+        >>> import threading
+        >>> def in_a_thread(out):
+        ...     install_thread_worker_info(1, 2, seed=11, dataset="ds", rng=thread_generators(11))
+        ...     out.append(get_worker_info())
+        >>> got = []; t = threading.Thread(target=in_a_thread, args=(got,)); t.start(); t.join()
+        >>> got[0].id, got[0].worker_method, get_worker_info() is None   # the main thread has none
+        (1, 'thread', True)
+    """
+    extra: dict[str, Any] = {}
+    if "worker_method" in _FIELDS:
+        extra["worker_method"] = "thread"
+    if "rng" in _FIELDS:
+        extra["rng"] = rng
+    info = _worker.WorkerInfo(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset, **extra)
+    _thread_local().worker_info = info
+    return info
 
 
 @contextlib.contextmanager
@@ -117,17 +194,20 @@ def worker_info_hidden() -> Iterator[None]:
         True
         >>> clear_worker_info()
     """
-    saved = _worker._worker_info
     local = getattr(_LOCAL, "worker_info", None) if _LOCAL is not None else None
-    _worker._worker_info = None
-    if local is not None:
+    if local is not None:  # a thread worker: its own info only (the module global is another thread's too)
         _LOCAL.worker_info = None  # type: ignore[union-attr]
+        try:
+            yield
+        finally:
+            _LOCAL.worker_info = local  # type: ignore[union-attr]
+        return
+    saved = _worker._worker_info
+    _worker._worker_info = None
     try:
         yield
     finally:
         _worker._worker_info = saved
-        if local is not None:
-            _LOCAL.worker_info = local  # type: ignore[union-attr]
 
 
 def collate_in_plain_memory(collate_fn: Callable[[Any], Any], data: Any) -> Any:

@@ -1,15 +1,17 @@
-"""L3: the loader's worker processes: torch's worker set-up, and the pool kept across epochs.
+"""L3: the loader's workers: torch's worker set-up, the executor, and the pool kept across epochs.
 
 The prefetcher (L2) knows nothing of torch's ``DataLoader``; the loader hands it a
-:class:`TorchWorkerSetup` as its ``worker_init_fn``. In each worker that does what torch's
+:class:`TorchWorkerSetup` as its ``worker_init_fn``. In each worker process that does what torch's
 ``_worker_loop`` does before the first item: seed ``random``, ``numpy.random`` and torch from
 ``base_seed + worker_id`` (numpy as torch seeds it), set the ``WorkerInfo`` that
 ``torch.utils.data.get_worker_info()`` returns (both through :mod:`seqloader.loader.torch_compat`),
 turn the per-stage timing on with ``profile_stages`` (:mod:`seqloader.sequences.stage_times`), then
-call the user's ``worker_init_fn``.
+call the user's ``worker_init_fn``. Thread workers (``worker_method="thread"``, and the threads of
+``threads_per_worker``) get a :class:`~seqloader.loader.thread_workers.ThreadWorkerSetup`: a
+``WorkerInfo`` and generators of their own.
 :class:`Workers` owns the loader's live :class:`~seqloader.prefetcher.prefetch.Prefetch`: opened per
 epoch, or kept and re-targeted with ``persistent_workers``; with ``max_worker_restarts`` it heals
-(``prefetch(restarts=, respawn=)``: a dead worker is replaced, with the same ``TorchWorkerSetup``).
+(``prefetch(restarts=, respawn=)``: a dead worker process is replaced, with the same set-up).
 """
 
 from __future__ import annotations
@@ -21,13 +23,18 @@ import numpy as np
 import torch
 
 from seqloader.errors import check_int
+from seqloader.loader.thread_workers import GlobalDrawGuard, ThreadWorkerSetup
 from seqloader.loader.torch_compat import install_worker_info, numpy_worker_seed
 from seqloader.prefetcher.api import prefetch
 from seqloader.prefetcher.prefetch import Prefetch
 from seqloader.rng import derive_seed
 from seqloader.sequences import stage_times
 
-__all__ = ["TorchWorkerSetup", "Workers", "check_worker_restarts", "worker_base_seed"]
+__all__ = ["WORKER_METHODS", "TorchWorkerSetup", "Workers", "check_threads_per_worker", "check_worker_method",
+           "check_worker_restarts", "worker_base_seed"]
+
+#: ``DataLoader(worker_method=)``: torch's values.
+WORKER_METHODS = ("multiprocessing", "thread")
 
 
 class TorchWorkerSetup:
@@ -39,6 +46,8 @@ class TorchWorkerSetup:
         dataset: ``WorkerInfo.dataset`` (the worker's copy of the loader's dataset).
         user_fn: the user's ``worker_init_fn(worker_id)``, or ``None``.
         stages: time the worker's stages for the whole life of the process (``profile_stages``).
+        threads: items the process computes at once (``threads_per_worker``): above 1, its info
+            is thread-local (each thread's own is set by a ``ThreadWorkerSetup``).
 
     Example:
         >>> from seqloader.loader.seeding import preserved_globals
@@ -53,17 +62,17 @@ class TorchWorkerSetup:
     """
 
     def __init__(self, num_workers: int, base_seed: int, dataset: Any,
-                 user_fn: Optional[Callable[[int], None]], stages: bool = False):
+                 user_fn: Optional[Callable[[int], None]], stages: bool = False, threads: int = 1):
         self.num_workers, self.base_seed = num_workers, base_seed
-        self.dataset, self.user_fn, self.stages = dataset, user_fn, stages
+        self.dataset, self.user_fn, self.stages, self.threads = dataset, user_fn, stages, threads
 
     def __call__(self, worker_id: int) -> None:
         seed = self.base_seed + worker_id
         random.seed(seed)
         torch.manual_seed(seed)
         np.random.seed(numpy_worker_seed(self.base_seed, worker_id))
-        install_worker_info(worker_id, self.num_workers, seed, self.dataset)
-        if self.stages:
+        install_worker_info(worker_id, self.num_workers, seed, self.dataset, thread_local=self.threads > 1)
+        if self.stages and self.threads == 1:
             stage_times.enable()
         if self.user_fn is not None:
             self.user_fn(worker_id)
@@ -89,6 +98,44 @@ def check_worker_restarts(value: Any, num_workers: Any) -> int:
     return n
 
 
+def check_worker_method(value: Any, num_workers: int) -> str:
+    """``DataLoader(worker_method=)``: torch's values.
+
+    Example:
+        >>> check_worker_method("thread", 2)
+        'thread'
+        >>> check_worker_method("threads", 2)
+        Traceback (most recent call last):
+        ValueError: DataLoader: worker_method must be 'multiprocessing' or 'thread' (got 'threads')
+    """
+    if value not in WORKER_METHODS:
+        raise ValueError(f"DataLoader: worker_method must be 'multiprocessing' or 'thread' (got {value!r})")
+    return str(value)
+
+
+def check_threads_per_worker(value: Any, worker_method: str, num_workers: int) -> int:
+    """``DataLoader(threads_per_worker=)``: items each worker process computes at once.
+
+    Example:
+        >>> check_threads_per_worker(4, "multiprocessing", 2)
+        4
+        >>> check_threads_per_worker(4, "thread", 2)
+        Traceback (most recent call last):
+        ValueError: DataLoader: threads_per_worker=4 applies to worker_method='multiprocessing' (threads inside each worker process); with worker_method='thread' every worker is one thread already: raise num_workers instead
+    """
+    n = check_int("DataLoader", "threads_per_worker", value)
+    if n < 1:
+        raise ValueError(f"DataLoader: threads_per_worker must be >= 1 (got {n})")
+    if n > 1 and worker_method == "thread":
+        raise ValueError(f"DataLoader: threads_per_worker={n} applies to worker_method='multiprocessing' (threads "
+                         "inside each worker process); with worker_method='thread' every worker is one thread "
+                         "already: raise num_workers instead")
+    if n > 1 and num_workers == 0:
+        raise ValueError(f"DataLoader: threads_per_worker={n} needs num_workers > 0 (got num_workers=0): the "
+                         "threads run inside the worker processes")
+    return n
+
+
 def worker_base_seed(seed: int, epoch: int) -> int:
     """The base seed of the workers started for ``epoch`` (a signed-64-bit-safe int, like torch's).
 
@@ -110,27 +157,39 @@ class Workers:
 
     def __init__(self) -> None:
         self.prefetch: Optional[Prefetch] = None   # the persistent one, if any
+        self.guard = GlobalDrawGuard(loop_may_draw=True)  # the thread workers' (worker_method="thread")
         self._respawn: Optional[Callable[[int], Any]] = None  # its current epoch's respawn
 
     def open(self, loader: Any, seq: Any, epoch: int, affinity: bool = True,
-             respawn: Optional[Callable[[int], Any]] = None) -> Prefetch:
+             respawn: Optional[Callable[[int], Any]] = None,
+             describe: Optional[Callable[[int], str]] = None) -> Prefetch:
         """A ``Prefetch`` reading ``seq`` (the batches of ``epoch``) with ``loader``'s settings;
         ``affinity``: batch ``i`` on worker ``i % num_workers`` (else any free worker);
         ``respawn``: what a replacement of a dead worker reads (``None``: ``seq``), with
-        ``max_worker_restarts``."""
+        ``max_worker_restarts``; ``describe(i)``: how messages name batch ``i``."""
         self._respawn = respawn
         if self.prefetch is not None and not self.prefetch.closed:
             self.prefetch.reset(seq)
             return self.prefetch
-        setup = TorchWorkerSetup(loader.num_workers, worker_base_seed(loader.seed, epoch), loader.dataset,
-                                 loader.worker_init_fn, stages=bool(getattr(loader, "profile_stages", False)))
-        restarts = loader.max_worker_restarts
-        if restarts and loader.persistent_workers:
-            respawn = self._respawn_current  # follows reset(): each epoch brings its own
-        pf = prefetch(seq, loader.num_workers, prefetch_factor=loader.prefetch_factor,
-                      multiprocessing_context=loader.multiprocessing_context, worker_init_fn=setup,
-                      timeout=loader.timeout, shared=loader.dataset, affinity=affinity, restarts=restarts,
-                      respawn=respawn if restarts else None)
+        n, base = loader.num_workers, worker_base_seed(loader.seed, epoch)
+        stages = bool(getattr(loader, "profile_stages", False))
+        if loader.worker_method == "thread":
+            setup = ThreadWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, self.guard)
+            pf = prefetch(seq, n, method="thread", prefetch_factor=loader.prefetch_factor, worker_init_fn=setup,
+                          timeout=loader.timeout, affinity=affinity, describe=describe)
+        else:
+            threads = loader.threads_per_worker
+            thread_setup = None if threads == 1 else ThreadWorkerSetup(n, base, loader.dataset, None, stages,
+                                                                       GlobalDrawGuard(loop_may_draw=False))
+            restarts = loader.max_worker_restarts
+            if restarts and loader.persistent_workers:
+                respawn = self._respawn_current  # follows reset(): each epoch brings its own
+            pf = prefetch(seq, n, prefetch_factor=loader.prefetch_factor,
+                          multiprocessing_context=loader.multiprocessing_context,
+                          worker_init_fn=TorchWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, threads),
+                          timeout=loader.timeout, shared=loader.dataset, affinity=affinity, restarts=restarts,
+                          respawn=respawn if restarts else None, threads_per_worker=threads,
+                          thread_init_fn=thread_setup, describe=describe)
         if loader.persistent_workers:
             self.prefetch = pf
         return pf

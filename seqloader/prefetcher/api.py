@@ -1,7 +1,8 @@
-"""``prefetch``: build a :class:`~seqloader.prefetcher.prefetch.Prefetch` (the public entry of L2), or
-with ``method="thread"`` a :class:`~seqloader.sequences.threaded.ThreadPrefetch`.
+"""``prefetch``: build a :class:`~seqloader.prefetcher.prefetch.Prefetch` (the public entry of L2) on
+the executor ``method`` names: worker processes (``"process"``, optionally ``threads_per_worker``
+threads inside each) or threads of this process (``"thread"``).
 
-The process backend is imported on first use, so ``prefetch(..., method="thread")`` never imports
+The process executor is imported on first use, so ``prefetch(..., method="thread")`` never imports
 torch or the shared-memory transport.
 """
 
@@ -11,10 +12,11 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
 
 from seqloader.errors import check_positive_int
 from seqloader.prefetcher.checks import check_restarts, check_seq, check_timeout, check_workers, resolve_context
-from seqloader.sequences.threaded import ThreadPrefetch
+from seqloader.prefetcher.prefetch import Prefetch
+from seqloader.prefetcher.threads import ThreadExecutor
 
 if TYPE_CHECKING:  # imported lazily below: importing it imports torch
-    from seqloader.prefetcher.prefetch import Prefetch
+    from seqloader.prefetcher.processes.executor import ProcessExecutor
 
 __all__ = ["prefetch"]
 
@@ -22,24 +24,12 @@ __all__ = ["prefetch"]
 METHODS = ("process", "thread")
 
 
-@overload
-def prefetch(seq: Sequence, num_workers: int, *, method: Literal["process"] = ..., prefetch_factor: int = ...,
-             multiprocessing_context: Any = ..., worker_init_fn: Callable[[int], None] | None = ...,
-             timeout: float = ..., shared: Any = ..., affinity: bool = ..., restarts: int = ...,
-             respawn: Callable[[int], Any] | None = ...) -> Prefetch: ...
-
-
-@overload
-def prefetch(seq: Sequence, num_workers: int, *, method: Literal["thread"], prefetch_factor: int = ...,
-             multiprocessing_context: Any = ..., worker_init_fn: Callable[[int], None] | None = ...,
-             timeout: float = ..., shared: Any = ..., affinity: bool = ..., restarts: int = ...,
-             respawn: Callable[[int], Any] | None = ...) -> ThreadPrefetch: ...
-
-
 def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefetch_factor: int = 2,
              multiprocessing_context: Any = None, worker_init_fn: Callable[[int], None] | None = None,
              timeout: float = 0, shared: Any = None, affinity: bool = True, restarts: int = 0,
-             respawn: Callable[[int], Any] | None = None) -> Prefetch | ThreadPrefetch:
+             respawn: Callable[[int], Any] | None = None, threads_per_worker: int = 1,
+             thread_init_fn: Callable[[int, int], None] | None = None,
+             describe: Callable[[int], str] | None = None) -> Prefetch:
     """Compute the items of ``seq`` ahead of the reader, in ``num_workers`` worker processes
     (or, with ``method="thread"``, threads of this process).
 
@@ -56,11 +46,15 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
     ``worker_init_fn``. ``seqloader.DataLoader`` does the seeding torch's ``DataLoader`` does.
 
     ``method="thread"`` computes items in ``num_workers`` daemon threads of this process instead
-    (:class:`~seqloader.sequences.threaded.ThreadPrefetch`, built on
-    :class:`seqloader.threads.ThreadPool`): the same ordering, seeking, error and timeout rules,
-    for items that wait on I/O or on code that releases the GIL. Nothing is pickled or copied,
-    torch is not imported, and the process-only arguments (``multiprocessing_context``,
-    ``worker_init_fn``, ``shared``, ``affinity``, ``restarts``, ``respawn``) are refused.
+    (:class:`~seqloader.prefetcher.threads.ThreadExecutor`): the same ordering, seeking, error and
+    timeout rules, for items that wait on I/O or on code that releases the GIL. Nothing is pickled
+    or copied, torch is not imported, ``worker_init_fn(worker_id)`` runs in each thread, and the
+    process-only arguments (``multiprocessing_context``, ``shared``, ``restarts``, ``respawn``,
+    ``threads_per_worker``, ``thread_init_fn``) are refused. With ``method="process"`` and
+    ``threads_per_worker=k``, each worker process computes ``k`` items at once in its own threads
+    (:mod:`seqloader.prefetcher.processes.runner`): decoders that release the GIL scale inside the
+    process while Python-heavy work keeps its own processes; ``thread_init_fn(worker_id, thread)``
+    runs first in each of those threads.
 
     With ``restarts=N`` a worker that dies (killed by a signal, a segfault, ``os._exit``) is
     replaced by a fresh one with the same ``worker_id`` and ``worker_init_fn``, which recomputes
@@ -72,7 +66,11 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
         num_workers: worker processes (threads for ``method="thread"``), ``>= 1`` (there is no
             in-process fallback: read ``seq``).
         method: ``"process"`` (default) or ``"thread"``.
-        prefetch_factor: jobs in flight per worker, ``>= 1``.
+        threads_per_worker: items each worker process computes at once (``method="process"``).
+        thread_init_fn: ``thread_init_fn(worker_id, thread)`` in each thread of a worker process
+            (``threads_per_worker > 1``).
+        describe: ``describe(i) -> str``, how messages name item ``i`` (default ``"item i"``).
+        prefetch_factor: jobs in flight per worker (per thread of a worker process), ``>= 1``.
         multiprocessing_context: ``None`` (platform default), ``"fork"``, ``"spawn"``,
             ``"forkserver"`` or a ``multiprocessing`` context object.
         worker_init_fn: called as ``worker_init_fn(worker_id)`` in each worker before it
@@ -97,7 +95,7 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
             resumes right after the last item returned. Needs ``restarts > 0``.
 
     Returns:
-        A :class:`Prefetch` of ``len(seq)`` items (a ``ThreadPrefetch`` for ``method="thread"``).
+        A :class:`Prefetch` of ``len(seq)`` items.
 
     Raises:
         TypeError: ``seq`` has no ``len``; an argument has the wrong type.
@@ -122,38 +120,52 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
     if method not in METHODS:
         raise ValueError(f"prefetch: method must be 'process' or 'thread' (got {method!r})")
     check_seq("prefetch", seq)
-    if method == "thread":
-        _check_thread_arguments(multiprocessing_context, worker_init_fn, shared, affinity, restarts, respawn)
-        return ThreadPrefetch(seq, check_workers(num_workers), prefetch_factor, timeout)
-    from seqloader.prefetcher.prefetch import Prefetch  # lazily: it imports torch
-
     workers = check_workers(num_workers)
     prefetch_factor = check_positive_int("prefetch", "prefetch_factor", prefetch_factor)
-    ctx = resolve_context(multiprocessing_context)
-    if worker_init_fn is not None and not callable(worker_init_fn):
-        raise TypeError(f"prefetch: worker_init_fn must be callable or None (got {type(worker_init_fn).__name__})")
+    timeout = check_timeout(timeout)
+    for name, fn in (("worker_init_fn", worker_init_fn), ("thread_init_fn", thread_init_fn), ("describe", describe)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"prefetch: {name} must be callable or None (got {type(fn).__name__})")
     if not isinstance(affinity, bool):
         raise TypeError(f"prefetch: affinity must be a bool (got {type(affinity).__name__})")
-    restarts = check_restarts(restarts, respawn)
-    return Prefetch(seq, workers, prefetch_factor, ctx, worker_init_fn, check_timeout(timeout), shared, affinity,
-                    restarts, respawn)
+    threads = check_positive_int("prefetch", "threads_per_worker", threads_per_worker)
+    executor: Any
+    if method == "thread":
+        _check_thread_arguments(multiprocessing_context, shared, restarts, respawn, threads, thread_init_fn)
+        executor = ThreadExecutor(workers, worker_init_fn)
+    else:
+        if thread_init_fn is not None and threads == 1:
+            raise ValueError("prefetch: thread_init_fn runs in the threads of a worker process; pass "
+                             "threads_per_worker > 1 too (got threads_per_worker=1)")
+        restarts = check_restarts(restarts, respawn)
+        executor = _process_executor(resolve_context(multiprocessing_context), workers, worker_init_fn,
+                                     seq if shared is None else shared, threads, thread_init_fn, prefetch_factor)
+    return Prefetch(seq, executor, prefetch_factor, timeout, affinity, restarts, respawn, describe)
 
 
-def _check_thread_arguments(multiprocessing_context: Any, worker_init_fn: Any, shared: Any, affinity: Any,
-                            restarts: Any, respawn: Any) -> None:
+def _process_executor(ctx: Any, workers: int, worker_init_fn: Any, shared: Any, threads: int,
+                      thread_init_fn: Any, prefetch_factor: int) -> ProcessExecutor:
+    from seqloader.prefetcher.processes.executor import ProcessExecutor  # lazily: it imports torch
+
+    return ProcessExecutor(ctx, workers, worker_init_fn, shared, threads, keep=prefetch_factor + 1,
+                           thread_init_fn=thread_init_fn)
+
+
+def _check_thread_arguments(multiprocessing_context: Any, shared: Any, restarts: Any, respawn: Any,
+                            threads_per_worker: int, thread_init_fn: Any) -> None:
     """Refuse the process-only arguments of :func:`prefetch` under ``method="thread"``."""
     why = {
         "multiprocessing_context": "threads start no process",
-        "worker_init_fn": "threads share this process: do the set-up before prefetch, or open per-thread "
-                          "resources lazily (threading.local)",
         "shared": "threads share this process's objects",
-        "affinity": "any free thread computes the next queued item",
-        "restarts": "threads do not die as processes do",
-        "respawn": "threads do not die as processes do",
+        "restarts": "threads do not die as processes do (an item's exception is its outcome)",
+        "respawn": "threads do not die as processes do (an item's exception is its outcome)",
+        "threads_per_worker": "each worker is one thread already",
+        "thread_init_fn": "worker_init_fn runs in each thread already",
     }
-    given = {"multiprocessing_context": multiprocessing_context, "worker_init_fn": worker_init_fn,
-             "shared": shared, "affinity": None if affinity is True else affinity,
-             "restarts": None if restarts == 0 else restarts, "respawn": respawn}
+    given = {"multiprocessing_context": multiprocessing_context, "shared": shared,
+             "restarts": None if restarts == 0 else restarts, "respawn": respawn,
+             "threads_per_worker": None if threads_per_worker == 1 else threads_per_worker,
+             "thread_init_fn": thread_init_fn}
     for name, value in given.items():
         if value is not None:
             raise ValueError(f"prefetch: {name} applies to method='process' only (got {value!r} with "

@@ -59,13 +59,13 @@ class RemoteTraceback(Exception):
         return f'\n"""\n{self.tb}"""'
 
 
-def rebuild_error(report: dict, note: str, index: int | None = None) -> BaseException:
+def rebuild_error(report: dict, note: str | None = None, index: int | None = None) -> BaseException:
     """The exception described by a worker's error report (``worker.error_report``).
 
     Args:
         report: the report; its ``exc`` is used when it survived pickling, else ``type(message)``,
             else ``RuntimeError("TypeName: message")``.
-        note: added with :func:`~seqloader.errors.add_note`.
+        note: added with :func:`~seqloader.errors.add_note`, if given.
         index: when given, stored as the attribute ``seqloader_index`` (:data:`INDEX_ATTR`).
 
     Returns:
@@ -89,7 +89,8 @@ def rebuild_error(report: dict, note: str, index: int | None = None) -> BaseExce
             exc = None
     if exc is None:
         exc = RuntimeError(f"{report['type_name']}: {report['message']}")
-    add_note(exc, note)
+    if note is not None:
+        add_note(exc, note)
     if index is not None:
         setattr(exc, INDEX_ATTR, index)
     exc.__cause__ = RemoteTraceback(report["traceback"])

@@ -3,7 +3,7 @@
 With ``prefetch(..., restarts=N)`` (``N > 0``) the reader's wait (:meth:`Inbox.pump
 <seqloader.prefetcher.inbox.Inbox.pump>`) hands every worker it finds dead (SIGKILL from the OOM
 killer or a cluster agent, a segfault in a decoder, ``os._exit``) to a :class:`Healer` instead of
-failing. The rules (also the healing NOTE in :mod:`seqloader.prefetcher.crew`):
+failing. The rules (also the healing NOTE in :mod:`seqloader.prefetcher.processes.executor`):
 
 * **What is recomputed.** An item returned to the caller is consumed. Everything else the dead
   worker owed of the current generation is recomputed by its replacement, in increasing order:
@@ -15,10 +15,9 @@ failing. The rules (also the healing NOTE in :mod:`seqloader.prefetcher.crew`):
   caller gave ``respawn`` and it returns a sequence, else from the current sequence. A layer
   above makes healing exact only through ``respawn`` (the loader rebuilds a stream from its
   recorded progress, as a resume does); the prefetcher knows nothing of what it returns.
-* **Shared memory.** The dead worker's slot names were unlinked after its first reply, so no
-  process could map them again: its free and busy slots are destroyed, the slots of values the
-  caller still holds (leases) stay valid and are destroyed when those values die, and the
-  replacement gets fresh slots.
+* **The executor's part** is :meth:`~seqloader.prefetcher.executor.Executor.replace`: reap the
+  dead worker and start another with the same number and set-up (for processes: its shared-memory
+  slots are retired, see the healing NOTE in :mod:`seqloader.prefetcher.processes.executor`).
 * **Bounds.** At most ``restarts`` replacements per sequence (the first one and each
   :meth:`~seqloader.prefetcher.prefetch.Prefetch.reset`); one more death raises
   :class:`~seqloader.prefetcher.faults.WorkerDied` as without healing. An item that kills two
@@ -41,8 +40,8 @@ import reprlib
 import time
 from typing import Any, Callable, Optional
 
-from seqloader.prefetcher.crew import WorkerHandle
 from seqloader.prefetcher.inbox import Inbox
+from seqloader.prefetcher.roster import Member
 
 __all__ = ["Healer"]
 
@@ -60,10 +59,14 @@ class Healer:
             (``None``, or a ``None`` result: the current sequence).
         seq: the current sequence (the owner calls :meth:`sequence_changed` on ``reset``).
         start_limit: seconds a replacement may take to finish its set-up.
+        describe: ``describe(item) -> str``, how messages name an item (default ``"item 6"``):
+            the layer above knows what an item is (a batch and its dataset indices).
     """
 
-    def __init__(self, restarts: int, respawn: Optional[Callable[[int], Any]], seq: Any, start_limit: float):
+    def __init__(self, restarts: int, respawn: Optional[Callable[[int], Any]], seq: Any, start_limit: float,
+                 describe: Optional[Callable[[int], str]] = None):
         self.restarts, self.respawn, self.start_limit = restarts, respawn, start_limit
+        self.describe = describe
         self.seq = seq
         self.used = 0  # replacements for the current sequence
         self._killed: dict[int, str] = {}  # item -> how it killed a worker (current sequence)
@@ -73,62 +76,66 @@ class Healer:
         self.seq, self.used = seq, 0
         self._killed.clear()
 
-    def heal(self, inbox: Inbox, h: WorkerHandle, reading: Optional[int]) -> None:
-        """Replace the dead worker ``h`` and resubmit what it owed, or raise (closing everything)."""
-        how, item = inbox.death(h, reading)
-        if not h.set_up and h.replaces_starting:
-            inbox.fail_dead(h, reading, "; not replaced again: it replaced a worker that also died "
+    def heal(self, inbox: Inbox, m: Member, reading: Optional[int]) -> None:
+        """Replace the dead worker ``m`` and resubmit what it owed, or raise (closing everything)."""
+        how, item = inbox.death(m, reading)
+        if not m.set_up and m.replaces_starting:
+            inbox.fail_dead(m, reading, "; not replaced again: it replaced a worker that also died "
                                         "before its set-up finished")
         if item is not None and item in self._killed:
-            inbox.fail_dead(h, reading, f"; item {item} killed two workers (first: {self._killed[item]}), "
-                                        "so it is a poison item and is not computed again", poison=True)
+            named = self.describe(item) if self.describe is not None else f"item {item}"
+            inbox.fail_dead(m, reading, f"; {named} killed two workers (first: "
+                                        f"{self._killed[item]}), so it is a poison item and is not computed again",
+                            poison=True)
         if self.used >= self.restarts:
-            inbox.fail_dead(h, reading, f"; not replaced: the {self.restarts} restart(s) allowed for "
+            inbox.fail_dead(m, reading, f"; not replaced: the {self.restarts} restart(s) allowed for "
                                         "this sequence (restarts=) are used")
-        killer = f"worker {h.worker_id} (pid {h.pid}) {h.exit_description()}"
+        killer = f"{inbox.executor.who(m.worker_id)} {inbox.executor.death(m.worker_id)[0]}"
         try:
-            self._replace(inbox, h, reading, how, item, killer)
+            self._replace(inbox, m, reading, how, item, killer)
         except BaseException:  # a half-done replacement (Ctrl-C, an error) must not be read from
-            inbox.broken = inbox.broken or f"replacing worker {h.worker_id} failed"
+            inbox.broken = inbox.broken or f"replacing worker {m.worker_id} failed"
             inbox.ready.clear()
-            inbox.crew.close()
+            inbox.executor.close()
             raise
 
-    def _replace(self, inbox: Inbox, h: WorkerHandle, reading: Optional[int], how: str, item: Optional[int],
+    def _replace(self, inbox: Inbox, m: Member, reading: Optional[int], how: str, item: Optional[int],
                  killer: str) -> None:
-        gen = inbox.gen
-        owed = {j for g, j, _ in (*h.pending, *h.unsent) if g == gen}
-        owed |= {i for i, (_, by) in inbox.ready.items() if by is h}  # arrived, not returned
+        owed = set(m.owed(inbox.gen))
+        owed |= {i for i, (_, by) in inbox.ready.items() if by is m}  # arrived, not returned
         for i in owed:
-            inbox.ready.pop(i, None)  # their slots are retired with the worker
+            got = inbox.ready.pop(i, None)
+            if got is not None:
+                inbox.executor.drop(got[0])
         seq = self.seq
         if self.respawn is not None:
             try:
-                fresh = self.respawn(h.worker_id)
+                fresh = self.respawn(m.worker_id)
             except Exception as exc:
-                inbox.fail_dead(h, reading, f"; not replaced: respawn({h.worker_id}) raised "
+                inbox.fail_dead(m, reading, f"; not replaced: respawn({m.worker_id}) raised "
                                             f"{type(exc).__name__}: {exc}", cause=exc)
             seq = seq if fresh is None else fresh
-        new = inbox.crew.replace(h, seq)
-        new.replaces_starting = not h.set_up
+        roster = inbox.roster
+        new = roster.replace(m, seq)
         for j in sorted(owed):
-            inbox.crew.submit(new, gen, j)
+            roster.submit(new, inbox.gen, j)
         self.used += 1
         if item is not None:
             self._killed[item] = killer
+        what = f" ({self.describe(item)})" if item is not None and self.describe is not None else ""
         redo = ", ".join(map(str, sorted(owed))) or "none"
-        _log.warning("%s: %s; replaced by worker %d (pid %d), restart %d of at most %d for this sequence "
-                     "(%s); items computed again: %s", inbox.label, how, new.worker_id, new.pid, self.used,
-                     self.restarts, _short.repr(self.seq), redo)
+        _log.warning("%s: %s%s; replaced by %s, restart %d of at most %d for this sequence "
+                     "(%s); items computed again: %s", inbox.label, how, what, inbox.executor.who(new.worker_id),
+                     self.used, self.restarts, _short.repr(self.seq), redo)
 
     def check_starting(self, inbox: Inbox) -> None:
         """Raise if a replacement has been in its set-up for longer than the start bound."""
-        if not inbox.crew.running:
+        if not inbox.roster.running:
             return  # the first start has its own bound (Inbox.wait_started)
         now = time.monotonic()
-        for h in inbox.crew.handles:
-            if not h.set_up and now - h.started_at > self.start_limit:
-                inbox.fail(f"set-up of replacement worker {h.worker_id} timed out", RuntimeError(
-                    f"{inbox.label}: replacement worker {h.worker_id} (pid {h.pid}) did not finish its "
+        for m in inbox.roster.members:
+            if not m.set_up and now - m.started_at > self.start_limit:
+                inbox.fail(f"set-up of replacement worker {m.worker_id} timed out", RuntimeError(
+                    f"{inbox.label}: replacement {inbox.executor.who(m.worker_id)} did not finish its "
                     f"set-up (worker_init_fn) within {self.start_limit:g} seconds; look at what "
                     "worker_init_fn does"))

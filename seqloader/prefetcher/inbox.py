@@ -1,26 +1,26 @@
-"""The reader's side of the result pipes: replies of the current generation and the one bounded wait.
+"""The reader's side of the executor: replies of the current generation, and the one bounded wait.
 
 An :class:`Inbox` belongs to one :class:`~seqloader.prefetcher.prefetch.Prefetch`. It holds the
 generation number, the completed items of that generation (in the order their replies were
-handled), and :meth:`Inbox.pump`: the single wait every reader uses (in-order reads,
+handled) and :meth:`Inbox.pump`: the single wait every reader uses (in-order reads,
 :meth:`~seqloader.prefetcher.prefetch.Prefetch.take` and
-:meth:`~seqloader.prefetcher.prefetch.Prefetch.start`). A pump is one ``poll`` on every result
-pipe *and* every process sentinel, at most :data:`STATUS_CHECK_INTERVAL` seconds long, followed
-by a liveness check; a dead worker is replaced by the owner's :class:`~seqloader.prefetcher.healing.Healer`
-(``restarts > 0``) or closes the workers and raises, and a failed set-up closes the workers and
-raises (see the shutdown and healing NOTEs in :mod:`seqloader.prefetcher.crew`).
+:meth:`~seqloader.prefetcher.prefetch.Prefetch.start`). A pump is one
+:meth:`~seqloader.prefetcher.executor.Executor.poll`, at most :data:`STATUS_CHECK_INTERVAL`
+seconds long, which also reports dead workers; a dead worker is replaced by the owner's
+:class:`~seqloader.prefetcher.healing.Healer` (``restarts > 0``) or closes the workers and
+raises, and a failed set-up closes the workers and raises. The messages of item errors,
+timeouts and deaths are written here, once for every executor.
 """
 
 from __future__ import annotations
 
-import pickle
 import time
 from typing import Any, Callable, NoReturn, Optional
 
-from seqloader.prefetcher.crew import Crew, WorkerHandle
-from seqloader.prefetcher.faults import ItemTimeout, WorkerDied, rebuild_error
-from seqloader.prefetcher.messages import Cancelled, Failure, Ready, WorkerFailed
-from seqloader.prefetcher.shm import read_and_release
+from seqloader.errors import add_note
+from seqloader.prefetcher.executor import Died, Done, SetupFailed, Started
+from seqloader.prefetcher.faults import INDEX_ATTR, ItemTimeout, WorkerDied
+from seqloader.prefetcher.roster import Member, Roster
 
 __all__ = ["START_TIMEOUT", "STATUS_CHECK_INTERVAL", "Inbox"]
 
@@ -31,38 +31,42 @@ START_TIMEOUT = 300.0
 
 
 class Inbox:
-    """Replies for one reader: ``ready`` maps item index -> ``(Result or Failure, worker)``.
+    """Replies for one reader: ``ready`` maps item index -> ``(reply, member)``.
 
     ``label`` is the owner's ``repr``, used in messages (the owner updates it when its length
     changes). ``broken`` says why the workers were closed after an error, if they were.
     """
 
-    def __init__(self, crew: Crew, label: str):
-        self.crew, self.label = crew, label
+    def __init__(self, roster: Roster, label: str):
+        self.roster, self.executor, self.label = roster, roster.executor, label
         self.gen = 0
-        self.ready: dict[int, tuple] = {}
+        self.ready: dict[int, tuple[Any, Member]] = {}
         self.broken: str | None = None
-        self.shm_bytes = 0   # bytes of replies that came through shared-memory slots
         self.reads = 0       # items read ...
         self.ready_sum = 0   # ... and how many were already computed at each read (read-ahead used)
         self.stages: dict[str, float] = {}  # seconds per stage, summed over workers (when they time stages)
         self.healer: Any = None  # a Healer when dead workers are replaced (restarts > 0)
 
+    # -- generations -----------------------------------------------------------------------------
+
     def new_generation(self) -> None:
-        """Queued jobs become stale, unread results are dropped (their slots released)."""
+        """Queued jobs become stale, unread results are dropped (their resources released)."""
         self.gen += 1
-        for msg, _ in self.ready.values():
-            self.crew.pool.release(msg.payload.slot_id)
+        self.executor.new_generation(self.gen)
+        drop = self.executor.drop
+        for reply, _ in self.ready.values():
+            drop(reply)
         self.ready.clear()
 
     def interrupted(self) -> None:
         """A new generation after ``KeyboardInterrupt`` cut the bookkeeping short, waiting for no
-        reply sent before: one may have been read from its pipe but not handled, and a worker
-        whose jobs all wait for such a reply would never be sent another. Replies that still come
-        answer no pending job and are freed on arrival (:meth:`handle`)."""
+        reply sent before: one may have been received but not handled, and a worker whose jobs
+        all wait for such a reply would never be sent another. Replies that still come answer no
+        pending job and are dropped on arrival (:meth:`_done`)."""
         self.new_generation()
-        for h in self.crew.handles:
-            h.pending.clear()
+        self.roster.forget_pending()
+
+    # -- the wait ----------------------------------------------------------------------------------
 
     def pump(self, wait_s: float, reading: int | None) -> bool:
         """Wait up to ``wait_s`` (at most :data:`STATUS_CHECK_INTERVAL`) and handle what came.
@@ -72,26 +76,50 @@ class Inbox:
             reading: the item the reader waits for, for messages (``None``: none).
 
         Returns:
-            Whether any reply or exit woke the wait.
+            Whether anything woke the wait.
 
         Raises:
             WorkerDied: a worker is gone and is not replaced (the workers are closed first).
             Exception: a worker's set-up failed: its own error (the workers are closed first).
         """
-        crew = self.crew
-        events = crew.poll(min(wait_s, STATUS_CHECK_INTERVAL))
-        dead = [h for h, is_sentinel in events if is_sentinel]
-        if not events:
-            dead = [h for h in crew.handles if not h.process.is_alive()]
-        for h in {h for h, _ in events} | set(dead):
-            self.drain(h)
-        for h in dead:
-            if self.healer is None:
-                self.fail_dead(h, reading)
-            self.healer.heal(self, h, reading)
+        events = self.executor.poll(min(wait_s, STATUS_CHECK_INTERVAL))
+        for ev in events:
+            if type(ev) is Done:
+                self._done(ev)
+            elif type(ev) is Started:
+                self.roster.members[ev.worker].set_up = True
+            elif type(ev) is SetupFailed:
+                add_note(ev.error, f"seqloader: {ev.stage} failed in {self.executor.who(ev.worker)}")
+                self.fail(f"{ev.stage} failed in worker {ev.worker}", ev.error)
+            elif type(ev) is Died:
+                m = self.roster.members[ev.worker]
+                if self.healer is None:
+                    self.fail_dead(m, reading)
+                self.healer.heal(self, m, reading)
         if self.healer is not None:
             self.healer.check_starting(self)
         return bool(events)
+
+    def _done(self, ev: Done) -> None:
+        m = self.roster.members[ev.worker]
+        key = (ev.gen, ev.index)
+        if key not in m.pending:
+            # A job sent just before an interrupt cut its bookkeeping short: its reply answers
+            # nothing we wait for.
+            if ev.reply is not None:
+                self.executor.drop(ev.reply)
+            return
+        del m.pending[key]
+        if ev.reply is None:  # skipped: a newer generation was queued
+            return
+        m.busy_s += ev.seconds
+        m.items += 1
+        for name, seconds in ev.stages:
+            self.stages[name] = self.stages.get(name, 0.0) + seconds
+        if ev.gen != self.gen:
+            self.executor.drop(ev.reply)
+        else:
+            self.ready[ev.index] = (ev.reply, m)
 
     def wait(self, done: Callable[[], bool], timeout: float, reading: Callable[[], int],
              fill: Callable[[], None], waiting_for: Callable[[], str]) -> None:
@@ -109,111 +137,82 @@ class Inbox:
                 raise self.timeout(timeout, reading(), waiting_for())
 
     def wait_started(self, limit: float) -> None:
-        """Wait until every worker has sent :class:`Ready`, bounded by ``limit`` s and liveness."""
-        crew = self.crew
+        """Wait until every worker has finished its set-up, bounded by ``limit`` s and liveness."""
+        members = self.roster.members
         deadline = time.monotonic() + limit
-        while not all(h.set_up for h in crew.handles):
+        while not all(m.set_up for m in members):
             left = deadline - time.monotonic()
             if left <= 0:
-                late = ", ".join(f"{h.worker_id} (pid {h.pid})" for h in crew.handles if not h.set_up)
+                late = ", ".join(self.executor.who(m.worker_id) for m in members if not m.set_up)
                 self.fail("set-up timed out", RuntimeError(
-                    f"{self.label}: worker(s) {late} did not finish their set-up (start method, "
+                    f"{self.label}: {late} did not finish their set-up (start method, "
                     f"worker_init_fn) within {limit:g} seconds; look at what worker_init_fn does"))
             self.pump(left, None)
-        crew.running = True
+        self.roster.running = True
 
-    def drain(self, h: WorkerHandle) -> None:
-        """Handle every reply waiting on ``h``'s result pipe."""
-        while True:
-            try:
-                if not h.readable():
-                    return
-                msg = h.recv()
-            except (EOFError, OSError):  # the worker died; its sentinel tells the rest
-                return
-            self.handle(h, msg)
+    # -- outcomes and errors -----------------------------------------------------------------------
 
-    def handle(self, h: WorkerHandle, msg) -> None:
-        if isinstance(msg, Ready):
-            h.set_up = True
-            return
-        if isinstance(msg, WorkerFailed):
-            report = pickle.loads(msg.report)
-            exc = rebuild_error(report, f"seqloader: {msg.stage} failed in worker {h.worker_id} (pid {h.pid})")
-            self.fail(f"{msg.stage} failed in worker {h.worker_id}", exc)
-        pool = self.crew.pool
-        if not any(job[:2] == (msg.gen, msg.index) for job in h.pending):
-            # A job sent just before an interrupt cut its bookkeeping short: its reply answers
-            # nothing we wait for. Free its slot; leave the jobs we do wait for alone.
-            sid = msg.slot_id if isinstance(msg, Cancelled) else msg.payload.slot_id
-            pool.mapped_by_worker(sid)
-            pool.release(sid)
-            return
-        while h.pending[0][:2] != (msg.gen, msg.index):
-            h.pending.popleft()  # replies lost to an interrupt (replies come in job order)
-        gen, index, sid = h.pending.popleft()
-        if not isinstance(msg, Cancelled):
-            h.busy_s += msg.seconds
-            h.items += 1
-            self.shm_bytes += msg.payload.data_len + sum(n for _, n in msg.payload.buffers)
-            for name, seconds in msg.stages:
-                self.stages[name] = self.stages.get(name, 0.0) + seconds
-        pool.mapped_by_worker(sid)
-        if isinstance(msg, Cancelled) or msg.gen != self.gen:
-            pool.release(sid)
-        else:
-            self.ready[index] = (msg, h)
-
-    def worker_of(self, i: int) -> WorkerHandle | None:
-        """The worker computing item ``i`` of the current generation, if any."""
-        for h in self.crew.handles:
-            if any(g == self.gen and j == i for g, j, _ in h.pending):
-                return h
-        return None
-
-    def item_error(self, failure: Failure, i: int, h: WorkerHandle) -> BaseException:
-        """The error item ``i`` raised in worker ``h``, rebuilt from its slot (released)."""
-        report = read_and_release(failure.payload, self.crew.pool)
-        return rebuild_error(report, f"seqloader: raised while computing item {i} of {self.label} in worker "
-                                     f"{h.worker_id} (pid {h.pid})", index=i)
+    def result(self, i: int, reply: Any, m: Member) -> Any:
+        """The value of item ``i`` from ``reply``, or raise its own error with a note naming the
+        item and the worker (and ``exc.seqloader_index = i``)."""
+        try:
+            ok, out = self.executor.outcome(reply)
+        except Exception as exc:  # e.g. a class that exists only in the worker: the item is read
+            _mark(exc, i, f"seqloader: raised while reading item {i} of {self.label} from "
+                          f"{self.executor.who(m.worker_id)}")
+            raise
+        if ok:
+            return out
+        _mark(out, i, f"seqloader: raised while computing item {i} of {self.label} in "
+                      f"{self.executor.who(m.worker_id)}")
+        raise out
 
     def timeout(self, seconds: float, item: int, waiting_for: str) -> ItemTimeout:
         """The error for a wait longer than ``seconds`` (the reader stays usable)."""
-        h = self.worker_of(item)
-        who = f" from worker {h.worker_id} (pid {h.pid})" if h is not None else ""
+        m = self.roster.worker_of(self.gen, item)
+        w = None if m is None else m.worker_id
+        who = f" from {self.executor.who(w)}" if w is not None else ""
         return ItemTimeout(f"{self.label}: timed out after {seconds} seconds waiting for {waiting_for}"
                            f"{who}; increase timeout= or look at what the worker is doing",
-                           seconds=seconds, item=item, worker_id=None if h is None else h.worker_id,
-                           pid=None if h is None else h.pid)
+                           seconds=seconds, item=item, worker_id=w,
+                           pid=None if w is None else self.executor.pid(w))
 
-    def death(self, h: WorkerHandle, reading: int | None) -> tuple[str, Optional[int]]:
-        """How worker ``h`` died, for messages, and the item it was producing (``None``: it was
+    def death(self, m: Member, reading: int | None) -> tuple[str, Optional[int]]:
+        """How worker ``m`` died, for messages, and the item it was producing (``None``: it was
         idle or had not finished its set-up)."""
-        item = h.pending[0][1] if h.pending and h.set_up else None
-        if not h.set_up:
+        how, _ = self.executor.death(m.worker_id)
+        item = m.first_pending() if m.set_up else None
+        if not m.set_up:
             what = "while starting (before its set-up and worker_init_fn finished)"
         elif item is not None:
             what = f"while producing item {item}"
         else:
             what = "while idle" + (f" (reading item {reading})" if reading is not None else "")
-        return f"seqloader worker {h.worker_id} (pid {h.pid}) {h.exit_description()} {what}", item
+        return f"seqloader {self.executor.who(m.worker_id)} {how} {what}", item
 
-    def fail_dead(self, h: WorkerHandle, reading: int | None, why_not: str = "",
+    def fail_dead(self, m: Member, reading: int | None, why_not: str = "",
                   cause: BaseException | None = None, poison: bool = False) -> NoReturn:
-        """Raise for a worker that is gone: the reason it reported last, if any (a worker that
-        sent :class:`WorkerFailed` exits at once, so a send to it can fail before its report is
-        read), else :class:`WorkerDied` (``why_not``: why it is not replaced, appended)."""
-        self.drain(h)  # raises its WorkerFailed, if it sent one
-        msg, item = self.death(h, reading)
+        """Raise :class:`WorkerDied` for a worker that is gone (``why_not``: why it is not
+        replaced, appended), after closing everything."""
+        msg, item = self.death(m, reading)
         msg += why_not
-        exc = WorkerDied(f"{self.label}: {msg}", worker_id=h.worker_id, pid=h.pid,
-                         exitcode=h.process.exitcode, item=item, poison=poison)
+        w = m.worker_id
+        exc = WorkerDied(f"{self.label}: {msg}", worker_id=w, pid=self.executor.pid(w),
+                         exitcode=self.executor.death(w)[1], item=item, poison=poison)
         exc.__cause__ = cause
         self.fail(msg, exc)
 
     def fail(self, why: str, exc: BaseException) -> NoReturn:
-        """Close the workers and slots (the shutdown protocol), then raise ``exc``."""
+        """Close the workers (the shutdown protocol), then raise ``exc``."""
         self.broken = why
         self.ready.clear()
-        self.crew.close()
+        self.executor.close()
         raise exc
+
+
+def _mark(exc: BaseException, i: int, note: str) -> None:
+    add_note(exc, note)
+    try:
+        setattr(exc, INDEX_ATTR, i)
+    except AttributeError:  # pragma: no cover - an exception with __slots__
+        pass

@@ -1,8 +1,9 @@
 """Reading in order: the read-ahead behind ``Prefetch[i]``.
 
 :class:`InOrder` keeps the items ``next_read .. next_read + num_workers * prefetch_factor - 1``
-in flight, item ``j`` on worker ``j % num_workers`` (torch's assignment; without affinity, the
-worker with the most room), at most ``prefetch_factor`` jobs per worker. A full worker makes the
+in flight (times each worker's concurrency), item ``j`` on worker ``j % num_workers`` (torch's
+assignment; without affinity, the worker with the most room), at most ``prefetch_factor`` jobs per
+worker (per thread of a worker). A full worker makes the
 reader wait rather than skip ahead. Reading another item than ``next_read`` is a seek, which the
 owner (:class:`~seqloader.prefetcher.prefetch.Prefetch`) handles by starting a new generation
 and calling :meth:`InOrder.restart`. The out-of-order counterpart is
@@ -11,8 +12,8 @@ and calling :meth:`InOrder.restart`. The out-of-order counterpart is
 
 from __future__ import annotations
 
-from seqloader.prefetcher.crew import Crew
 from seqloader.prefetcher.inbox import Inbox
+from seqloader.prefetcher.roster import Roster
 
 __all__ = ["InOrder"]
 
@@ -24,8 +25,8 @@ class InOrder:
     when the position is unknown (an interrupted read, or the owner reads with ``take``).
     """
 
-    def __init__(self, inbox: Inbox, crew: Crew):
-        self.inbox, self.crew = inbox, crew
+    def __init__(self, inbox: Inbox, roster: Roster):
+        self.inbox, self.roster = inbox, roster
         self.next_read = self.next_submit = 0
         self.length = 0
 
@@ -50,12 +51,12 @@ class InOrder:
 
     def fill(self) -> None:
         """Send every item of the read-ahead window whose worker has room, in order."""
-        crew = self.crew
+        roster = self.roster
         gen = self.inbox.gen
-        limit = min(self.length, self.next_read + crew.num_workers * crew.prefetch_factor)
+        limit = min(self.length, self.next_read + roster.num_workers * roster.capacity)
         while self.next_submit < limit:
-            h = crew.worker_for(self.next_submit)
-            if h is None:  # in order: wait for that worker rather than skip ahead
+            m = roster.worker_for(self.next_submit)
+            if m is None:  # in order: wait for that worker rather than skip ahead
                 return
-            crew.submit(h, gen, self.next_submit)
+            roster.submit(m, gen, self.next_submit)
             self.next_submit += 1

@@ -15,62 +15,97 @@ replaced (:mod:`seqloader.prefetcher.healing`).
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from seqloader.errors import check_int, check_positive_int
 from seqloader.prefetcher.checks import check_seq, check_skip
-from seqloader.prefetcher.crew import Crew
+from seqloader.prefetcher.executor import Executor
 from seqloader.prefetcher.faults import ItemTimeout, WorkerDied
 from seqloader.prefetcher.healing import Healer
 from seqloader.prefetcher.inbox import START_TIMEOUT, Inbox
-from seqloader.prefetcher.messages import Result, Retarget
 from seqloader.prefetcher.ordered import InOrder
-from seqloader.prefetcher.shm import read_and_release
+from seqloader.prefetcher.roster import Roster
 from seqloader.prefetcher.unordered import Taker, TakeWindow
-from seqloader.prefetcher.worker import dumps_seq
 from seqloader.sequences.base import LazySequence
 
 __all__ = ["ItemTimeout", "Prefetch", "WorkerDied"]
 
-# NOTE: ownership of processes and shared memory, the messages, starting, the liveness checks,
-# healing and the shutdown protocol are described in the NOTEs next to Crew.close() in crew.py.
+# NOTE: what an executor guarantees is in executor.py; for worker processes, ownership of
+# processes and shared memory, the messages, starting, the liveness checks, healing and the
+# shutdown protocol are the NOTEs in processes/executor.py; for threads, threads.py.
 
 
 class Prefetch(LazySequence):
-    """``seq`` evaluated ahead of the reader by worker processes; built by
+    """``seq`` evaluated ahead of the reader by the workers of an executor; built by
     :func:`~seqloader.prefetcher.api.prefetch`.
 
     Read-ahead follows increasing positions: reading backwards or at random costs a seek (and
     a wasted read-ahead) per item. :meth:`take` reads in completion order instead. Not
     thread-safe: read it from one thread. See :func:`prefetch` for the arguments.
+
+    Args:
+        seq: the sequence.
+        executor: who computes the items (:mod:`seqloader.prefetcher.executor`); the Prefetch
+            owns it and closes it.
+        prefetch_factor: jobs in flight per worker (per thread of a worker).
+        timeout: seconds to wait for one item (``0``: no bound but liveness).
+        affinity: item ``i`` on worker ``i % num_workers`` (else the least busy).
+        restarts, respawn: healing (:mod:`seqloader.prefetcher.healing`).
+        describe: ``describe(i) -> str``, how messages name item ``i`` (the layer above knows
+            it is a batch and which dataset indices it reads).
     """
 
-    def __init__(self, seq: Sequence[Any], num_workers: int, prefetch_factor: int, ctx: Any,
-                 worker_init_fn: Optional[Callable[[int], None]], timeout: float, shared: Any,
-                 affinity: bool = True, restarts: int = 0, respawn: Optional[Callable[[int], Any]] = None):
+    def __init__(self, seq: Sequence[Any], executor: Executor, prefetch_factor: int, timeout: float,
+                 affinity: bool = True, restarts: int = 0, respawn: Optional[Callable[[int], Any]] = None,
+                 describe: Optional[Callable[[int], str]] = None):
         self._seq, self._len, self._timeout = seq, len(seq), timeout
-        self._shared = shared if shared is not None else seq
+        self._healing = (restarts, respawn, describe)
+        self._pid = os.getpid()
+        self._wire(executor, prefetch_factor, affinity)
+        # the gc path must not block (a thread inside a long item cannot be joined)
+        self._finalizer = weakref.finalize(self, getattr(executor, "stop_nowait", executor.close))
+
+    def _wire(self, executor: Executor, prefetch_factor: int, affinity: bool) -> None:
+        """Build the reader's parts around ``executor`` (at construction, and in a forked child)."""
+        restarts, respawn, describe = self._healing
+        self._executor = executor
         self._taker: Taker | None = None  # out-of-order reading (take), if that is the mode
-        self._crew = Crew(ctx, num_workers, prefetch_factor, worker_init_fn, self._shared, affinity)
-        self._inbox = Inbox(self._crew, repr(self))
-        self._in_order = InOrder(self._inbox, self._crew)  # in-order reading; -1: not reading in order
+        self._roster = Roster(executor, prefetch_factor, affinity)
+        self._inbox = Inbox(self._roster, repr(self))
+        self._in_order = InOrder(self._inbox, self._roster)  # in-order reading; -1: not reading in order
         self._in_order.restart(0, self._len)
         if restarts:
-            self._inbox.healer = Healer(restarts, respawn, seq, max(START_TIMEOUT, timeout))
-        self._ready = self._inbox.ready  # the same dict: index -> (Result or Failure, worker)
-        self._finalizer = weakref.finalize(self, self._crew.close)
+            self._inbox.healer = Healer(restarts, respawn, self._seq, max(START_TIMEOUT, self._timeout), describe)
+        self._ready = self._inbox.ready  # the same dict: index -> (reply, member)
+        self._launched = False
+
+    def _after_fork(self) -> None:
+        """This copy was inherited by a forked child: read with workers of the child's own (a
+        thread executor starts fresh threads; worker processes belong to the parent: an error)."""
+        executor = self._executor.forked()
+        self._pid = os.getpid()
+        self._wire(executor, self._roster.prefetch_factor, self._roster.affinity)
+        self._finalizer = weakref.finalize(self, getattr(executor, "stop_nowait", executor.close))
 
     def __len__(self) -> int:
         return self._len
 
     def __repr__(self) -> str:
-        c = self._crew
-        return f"prefetch(num_workers={c.num_workers}, prefetch_factor={c.prefetch_factor}, len={self._len})"
+        r, kind = self._roster, self._executor.kind
+        method = "" if kind == "process" else f"method={kind!r}, "
+        threads = f", threads={r.executor.concurrency}" if kind == "process" and r.executor.concurrency > 1 else ""
+        return f"prefetch({method}num_workers={r.num_workers}{threads}, prefetch_factor={r.prefetch_factor}, len={self._len})"
 
     def __reduce__(self):
-        raise TypeError(f"{self!r}: a Prefetch owns worker processes and cannot be pickled; "
+        raise TypeError(f"{self!r}: a Prefetch owns its workers and cannot be pickled; "
                         "pickle the sequence it reads instead")
+
+    @property
+    def executor(self) -> Executor:
+        """The executor computing the items (``executor.kind``: ``"process"``, ``"thread"``, ...)."""
+        return self._executor
 
     def __enter__(self) -> "Prefetch":
         return self
@@ -81,8 +116,8 @@ class Prefetch(LazySequence):
     def close(self) -> None:
         """Stop the workers and free every shared-memory slot; idempotent.
 
-        The shutdown protocol is the NOTE next to ``Crew.close`` in ``seqloader/prefetcher/crew.py``
-        and in ``docs/design.md``. Values already returned stay valid. Reading after ``close``
+        The shutdown protocols are the NOTEs in ``seqloader/prefetcher/processes/executor.py`` and
+        ``seqloader/prefetcher/threads.py``, and in ``docs/design.md``. Values already returned stay valid. Reading after ``close``
         raises ``ValueError``.
 
         Example:
@@ -98,7 +133,8 @@ class Prefetch(LazySequence):
         """
         self._ready.clear()
         self._taker = None
-        self._finalizer()
+        self._finalizer.detach()
+        self._executor.close()
 
     def counters(self) -> dict:
         """Where the workers' time went, since they started (readable after :meth:`close` too).
@@ -119,15 +155,16 @@ class Prefetch(LazySequence):
             >>> c = p.counters(); sum(w["items"] for w in c["workers"]), c["reads"]
             (4, 4)
         """
-        inbox, handles = self._inbox, self._crew.handles
-        return {"workers": [{"busy_s": h.busy_s, "items": h.items, "restarts": h.restarts} for h in handles],
-                "reads": inbox.reads, "ready_sum": inbox.ready_sum, "shm_bytes": inbox.shm_bytes,
-                "restarts": sum(h.restarts for h in handles), "stages": dict(inbox.stages)}
+        inbox, workers = self._inbox, self._roster.counters()
+        return {"workers": workers, "reads": inbox.reads, "ready_sum": inbox.ready_sum,
+                "shm_bytes": self._executor.counters().get("shm_bytes", 0),
+                "restarts": sum(w["restarts"] for w in workers), "stages": dict(inbox.stages),
+                "executor": self._executor.kind}
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has run (explicitly, by ``with``, or after a worker failure)."""
-        return self._crew.closed
+        return self._executor.closed
 
     def start(self) -> None:
         """Start the workers and wait until each has run its set-up; idempotent.
@@ -162,11 +199,11 @@ class Prefetch(LazySequence):
             KeyError('no config for worker 0') seqloader: worker_init_fn failed in worker 0 True
         """
         self._check_open()
-        crew = self._crew
-        if crew.running:
+        if self._roster.running:
             return
-        if not crew.handles:
-            crew.start(self._seq, self._inbox.gen)
+        if not self._launched:
+            self._launched = True
+            self._executor.launch(self._seq, self._inbox.gen)
         self._inbox.wait_started(max(START_TIMEOUT, self._timeout))
 
     def seek(self, position: int, *, skip: Iterable[int] = ()) -> None:
@@ -206,9 +243,9 @@ class Prefetch(LazySequence):
         self._retarget()
         if skipped:
             self._in_order.restart(-1)
-            window = TakeWindow(self._len, self._crew.num_workers, position, skipped,
-                                affinity=self._crew.affinity)
-            self._taker = Taker(self._inbox, self._crew, window)
+            window = TakeWindow(self._len, self._roster.num_workers, position, skipped,
+                                affinity=self._roster.affinity)
+            self._taker = Taker(self._inbox, self._roster, window)
         else:
             self._in_order.restart(position)
 
@@ -242,35 +279,26 @@ class Prefetch(LazySequence):
         """
         self._check_open()
         n = check_seq("prefetch.reset", seq)
-        blob = None
-        if self._crew.handles:
-            try:
-                blob = dumps_seq(seq, self._shared)
-            except Exception as exc:
-                raise TypeError(f"prefetch.reset: seq cannot be pickled for the workers ({type(exc).__name__}: "
-                                f"{exc})") from exc
+        self._executor.reset(seq, self._inbox.gen + 1)  # raises before anything changed
         self._retarget()
         self._seq, self._len = seq, n
         self._inbox.label = repr(self)
         self._in_order.restart(0, n)
         if self._inbox.healer is not None:
             self._inbox.healer.sequence_changed(seq)
-        if blob is not None:
-            for h in self._crew.handles:
-                h.send(Retarget(self._inbox.gen, blob))
 
     # ----------------------------------------------------------------------- reading in order
 
     def _item(self, i: int) -> Any:
         self._check_open()
-        crew, reader = self._crew, self._in_order
-        if not crew.running:
+        reader = self._in_order
+        if not self._roster.running:
             self.start()
         try:
             if i != reader.next_read:  # a seek
                 self._retarget()
                 reader.restart(i)
-            msg, h = reader.read(i, self._timeout)
+            reply, m = reader.read(i, self._timeout)
         except KeyboardInterrupt:
             # Interrupted anywhere in the bookkeeping (a seek included): start a new generation
             # so the next read cannot wait for a reply that was half-handled or dropped.
@@ -278,12 +306,12 @@ class Prefetch(LazySequence):
             self._taker = None
             reader.restart(-1)
             raise
-        if isinstance(msg, Result):
-            return read_and_release(msg.payload, crew.pool)
-        raise self._inbox.item_error(msg, i, h)
+        return self._inbox.result(i, reply, m)
 
     def _check_open(self) -> None:
-        if self._crew.closed:
+        if self._pid != os.getpid():
+            self._after_fork()
+        if self._executor.closed:
             broken = self._inbox.broken
             why = f" after an earlier error ({broken})" if broken else ""
             raise ValueError(f"{self!r}: read or reset after close(){why}; create a new prefetch")
@@ -366,10 +394,10 @@ class Prefetch(LazySequence):
             >>> p.close()
         """
         self._check_open()
-        crew = self._crew
-        window = crew.num_workers * crew.prefetch_factor if window is None else \
+        roster = self._roster
+        window = roster.num_workers * roster.capacity if window is None else \
             check_positive_int("prefetch.take", "window", window)
-        if not crew.running:
+        if not roster.running:
             self.start()
         taker = self._taker_for_take()
         if not taker.window.remaining():
@@ -379,7 +407,7 @@ class Prefetch(LazySequence):
     def _taker_for_take(self) -> Taker:
         """The out-of-order reader, continuing an in-order read-ahead if there is one."""
         if self._taker is None:
-            self._taker = Taker(self._inbox, self._crew, self._take_window())
+            self._taker = Taker(self._inbox, self._roster, self._take_window())
             self._in_order.restart(-1)
         return self._taker
 
@@ -391,5 +419,5 @@ class Prefetch(LazySequence):
             raise ValueError(f"{self!r}: the read position is unknown after an interrupted read; "
                              "call seek(position) before take()")
         # The in-order read-ahead (items next_read .. next_submit-1) is kept, not recomputed.
-        return TakeWindow(self._len, self._crew.num_workers, reader.next_read, submitted=reader.next_submit,
-                          affinity=self._crew.affinity)
+        return TakeWindow(self._len, self._roster.num_workers, reader.next_read, submitted=reader.next_submit,
+                          affinity=self._roster.affinity)

@@ -18,12 +18,8 @@ from __future__ import annotations
 
 from typing import AbstractSet, Any
 
-from seqloader.errors import add_note
-from seqloader.prefetcher.crew import Crew
-from seqloader.prefetcher.faults import INDEX_ATTR
 from seqloader.prefetcher.inbox import Inbox
-from seqloader.prefetcher.messages import Result
-from seqloader.prefetcher.shm import read_and_release
+from seqloader.prefetcher.roster import Roster
 
 __all__ = ["TakeWindow", "Taker"]
 
@@ -116,8 +112,8 @@ class TakeWindow:
 class Taker:
     """Out-of-order reading on an :class:`Inbox`: submits what its window allows, takes what completes."""
 
-    def __init__(self, inbox: Inbox, crew: Crew, window: TakeWindow):
-        self.inbox, self.crew, self.window = inbox, crew, window
+    def __init__(self, inbox: Inbox, roster: Roster, window: TakeWindow):
+        self.inbox, self.roster, self.window = inbox, roster, window
 
     def take(self, window: int, timeout: float) -> tuple[int, Any]:
         """``(index, value)`` of the first item to complete (see :meth:`Prefetch.take`).
@@ -128,34 +124,33 @@ class Taker:
         """
         i = None
         try:
-            i, msg, h = self._next_ready(window, timeout)
+            i, reply, m = self._next_ready(window, timeout)
             self.window.taken(i)
-            ok = isinstance(msg, Result)
-            out = self._read(msg, i) if ok else self.inbox.item_error(msg, i, h)
-            self.fill(window)
+            try:
+                out = self.inbox.result(i, reply, m)
+            finally:
+                self.fill(window)
         except KeyboardInterrupt:
             if i is not None:
                 self.window.untaken(i)
             self.inbox.interrupted()  # replies half-handled by the interrupt are dropped
             self.window = self.window.restarted()
             raise
-        if ok:
-            return i, out
-        raise out
+        return i, out
 
     def fill(self, window: int) -> None:
         """Submit every item the window allows to every worker with room for it (without
         affinity: one item at a time round the workers, as torch hands out indices)."""
-        crew, w = self.crew, self.window
+        roster, w = self.roster, self.window
         while True:
             submitted = False
-            for h in crew.handles:
-                room = h.room(crew.prefetch_factor)
+            for m in roster.members:
+                room = roster.room(m)
                 if room <= 0:
                     continue
-                for j in w.next_items(h.worker_id, room if w.affinity else 1, window):
+                for j in w.next_items(m.worker_id, room if w.affinity else 1, window):
                     submitted = True
-                    crew.submit(h, self.inbox.gen, j)  # a broken pipe: handled by the next wait
+                    roster.submit(m, self.inbox.gen, j)  # a dead worker: handled by the next wait
             if w.affinity or not submitted:
                 return
 
@@ -166,13 +161,5 @@ class Taker:
         inbox.wait(lambda: bool(inbox.ready), timeout, lambda: self.window.low, lambda: self.fill(window),
                    lambda: f"any item to complete (the oldest not taken is item {self.window.low})")
         i = next(iter(inbox.ready))
-        msg, h = inbox.ready.pop(i)
-        return i, msg, h
-
-    def _read(self, msg: Result, i: int) -> Any:
-        try:
-            return read_and_release(msg.payload, self.crew.pool)
-        except Exception as exc:  # e.g. a class that exists only in the worker: the item is taken
-            add_note(exc, f"seqloader: raised while reading item {i} of {self.inbox.label} from its slot")
-            setattr(exc, INDEX_ATTR, i)
-            raise
+        reply, m = inbox.ready.pop(i)
+        return i, reply, m

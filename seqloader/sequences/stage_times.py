@@ -6,13 +6,16 @@ inside the dataset's ``__getitem__`` counts for the ``smap``, not twice. Code th
 asks :func:`current` for the collecting instance (``None`` when nobody collects) and brackets
 its work with :meth:`StageTimes.begin` and :meth:`StageTimes.end`.
 
-Who collects is one module attribute, :data:`ACTIVE`, so a hook costs one attribute check when
-timing is off. It is set by whoever owns the process's work: the loader's worker set-up for the
-whole life of a worker process (:func:`enable`), or the loader around each batch it computes in
-the main process at ``num_workers=0`` (:func:`collecting`). It never leaks into a child process:
-a forked child starts with nothing active (``os.register_at_fork``), a spawned one imports this
-module afresh. Only the thread that enabled it is timed; other threads (a source's read pool)
-fall inside whichever stage waits for them.
+Whether anything collects is one module attribute, :data:`ACTIVE` (the number of threads that
+collect, or ``None``), so a hook costs one attribute check when timing is off. Each collecting
+thread has its own :class:`StageTimes` (thread-local): a worker thread's stages are its own, so
+several threads computing items at once (thread workers, threads inside a worker process) are
+timed each apart, and :func:`current` returns ``None`` in threads that do not collect (a source's
+read pool: they fall inside whichever stage waits for them). Collecting is switched on by whoever
+owns the thread's work: the loader's worker set-up for the whole life of a worker (:func:`enable`),
+or the loader around each batch it computes in the main process at ``num_workers=0``
+(:func:`collecting`). It never leaks into a child process: a forked child starts with nothing
+active (``os.register_at_fork``), a spawned one imports this module afresh.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ __all__ = ["ACTIVE", "StageTimes", "collecting", "current", "disable", "enable"]
 R = TypeVar("R")
 
 _perf = time.perf_counter
-_ident = threading.get_ident
 
 
 class StageTimes:
@@ -41,11 +43,10 @@ class StageTimes:
         (['inner', 'outer'], {})
     """
 
-    __slots__ = ("seconds", "owner", "_inner")
+    __slots__ = ("seconds", "_inner")
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
-        self.owner = _ident()  # the only thread whose stages are timed
         self._inner = 0.0  # seconds of stages nested in the one being timed
 
     def begin(self) -> tuple[float, float]:
@@ -75,12 +76,14 @@ class StageTimes:
         return out
 
 
-#: The instance collecting in this process, or ``None`` (timing off: every hook's one check).
-ACTIVE: Optional[StageTimes] = None
+#: How many threads of this process collect (``None``: none; every hook's one check).
+ACTIVE: Optional[int] = None
+_lock = threading.Lock()
+_local = threading.local()  # .times: this thread's StageTimes, if it collects
 
 
 def current() -> Optional[StageTimes]:
-    """The collecting :class:`StageTimes` if this thread is timed, else ``None``.
+    """The collecting :class:`StageTimes` of this thread, else ``None``.
 
     Example:
         >>> current() is None
@@ -89,34 +92,50 @@ def current() -> Optional[StageTimes]:
         ...     current() is t
         True
     """
-    times = ACTIVE
-    return times if times is not None and times.owner == _ident() else None
+    return getattr(_local, "times", None) if ACTIVE is not None else None
+
+
+def _count(delta: int) -> None:
+    global ACTIVE
+    with _lock:
+        n = (ACTIVE or 0) + delta
+        ACTIVE = n if n > 0 else None
 
 
 def enable(times: Optional[StageTimes] = None) -> StageTimes:
-    """Time this process's stages (in this thread) from now on, into ``times`` (or a new one)."""
-    global ACTIVE
-    ACTIVE = times if times is not None else StageTimes()
-    return ACTIVE
+    """Time this thread's stages from now on, into ``times`` (or a new one)."""
+    if getattr(_local, "times", None) is None:
+        _count(1)
+    _local.times = times if times is not None else StageTimes()
+    return _local.times
 
 
 def disable() -> None:
-    """Stop timing in this process."""
-    global ACTIVE
-    ACTIVE = None
+    """Stop timing in this thread."""
+    if getattr(_local, "times", None) is not None:
+        _local.times = None
+        _count(-1)
 
 
 @contextlib.contextmanager
 def collecting(times: StageTimes) -> Iterator[StageTimes]:
     """Time this thread's stages into ``times`` inside the block; what was active before comes back."""
-    global ACTIVE
-    saved, ACTIVE = ACTIVE, times
-    times.owner = _ident()
+    saved = getattr(_local, "times", None)
+    if saved is None:
+        _count(1)
+    _local.times = times
     try:
         yield times
     finally:
-        ACTIVE = saved
+        _local.times = saved
+        if saved is None:
+            _count(-1)
+
+
+def _forget_after_fork() -> None:
+    global ACTIVE, _lock, _local
+    ACTIVE, _lock, _local = None, threading.Lock(), threading.local()
 
 
 if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
-    os.register_at_fork(after_in_child=disable)
+    os.register_at_fork(after_in_child=_forget_after_fork)

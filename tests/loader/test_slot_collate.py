@@ -19,8 +19,8 @@ from torch.utils.data import default_collate
 import seqloader.loader.fetch as fetch_mod
 from seqloader import DataLoader
 from seqloader.loader.torch_compat import collate_into_slot
-from seqloader.prefetcher.payload import Reservation, encode_payload, read_and_release
-from seqloader.prefetcher.shm import SlotPool, WorkerSlots
+from seqloader.prefetcher.processes.payload import Reservation, encode_payload, read_and_release
+from seqloader.prefetcher.processes.shm import SlotPool, WorkerSlots
 
 Point = collections.namedtuple("Point", ["a", "b"])
 

@@ -192,9 +192,9 @@ class RebuildFails:
 
 def test_a_worker_that_reported_its_failure_and_exited_is_reported_by_its_error_not_as_dead():
     # A worker reports a failure (here a reset it cannot unpickle; under `ulimit -n`, a slot it
-    # cannot map) and exits; a send to it then breaks before the reader has read the report. The
-    # reader must raise the report, not "exited unexpectedly with exit code 0". The send's
-    # BrokenPipeError lands in Inbox.fail_dead, called here directly to make the order certain.
+    # cannot map) and exits; the next send to it then breaks before the reader has read the report.
+    # The reader must raise the report, not "exited unexpectedly with exit code 0": the executor
+    # drains a dead worker's pipe before it reports the death.
     with prefetch(Pid(), num_workers=1, prefetch_factor=1) as p:
         worker = psutil.Process(p[0])
         p.reset(RebuildFails())
@@ -202,9 +202,8 @@ def test_a_worker_that_reported_its_failure_and_exited_is_reported_by_its_error_
         while worker.status() != psutil.STATUS_ZOMBIE:  # gone, not reaped: its parent must
             assert time.monotonic() < deadline, "the worker never exited"
             time.sleep(0.01)
-        inbox = p._inbox
         with pytest.raises(ValueError, match="cannot be rebuilt in the worker") as info:
-            inbox.fail_dead(inbox.crew.handles[0], reading=0)
+            p[0]  # the job's send breaks; the wait reads the report first
     assert any("reset failed in worker 0" in n for n in info.value.__notes__)
 
 

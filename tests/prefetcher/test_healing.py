@@ -82,7 +82,11 @@ def test_a_killed_worker_is_replaced_and_every_item_is_computed_once_more(tmp_pa
     assert sum(w["items"] for w in c["workers"]) >= 20
     (line,) = heal_records(caplog)
     assert "was killed by SIGKILL while producing item 5" in line and "restart 1 of at most 1" in line
-    assert "replaced by worker" in line and "items computed again: 5" in line
+    assert "replaced by worker" in line
+    # 5, and whatever else the dead worker had computed that was not returned yet (a reply that
+    # arrived in the same wait as the death): which ones depends on timing, not on the rule
+    again = {int(x) for x in line.rsplit("items computed again: ", 1)[1].split(", ")}
+    assert 5 in again and again <= set(range(5, 20)) | {3, 4}
 
 
 def test_a_replacement_starts_with_the_spawn_method_too(tmp_path):
@@ -100,7 +104,7 @@ def test_the_replacement_keeps_the_worker_id_and_runs_the_same_worker_init_fn(tm
     init = functools.partial(record_start, str(starts))
     with prefetch(KillsAt(tmp_path, once={3}), num_workers=2, restarts=2, worker_init_fn=init) as p:
         assert list(p) == [10 * i for i in range(20)]
-        pids = [h.pid for h in p._crew.handles]
+        pids = [h.pid for h in p._executor.handles]
     names = sorted(os.listdir(starts))
     by_worker = {w: sorted(n for n in names if n.startswith(f"start-{w}-")) for w in (0, 1)}
     assert len(by_worker[0]) == 1 and len(by_worker[1]) == 2  # item 3 is worker 1's

@@ -16,7 +16,7 @@ import torch
 
 import seqloader as sl
 from seqloader import Prefetch, prefetch
-from seqloader.prefetcher.worker import dumps_seq
+from seqloader.prefetcher.processes.worker import dumps_seq
 
 
 class Pids:
@@ -313,5 +313,5 @@ def test_item_i_is_computed_by_worker_i_mod_num_workers_like_torch():
     with prefetch(WorkerIds(), num_workers=3, prefetch_factor=2) as p:
         got = list(p)
         p[5], p[4]  # a seek keeps the assignment
-        pids = [h.pid for h in p._crew.handles]
+        pids = [h.pid for h in p._executor.handles]
     assert [pid for _, pid in got] == [pids[i % 3] for i in range(24)]

@@ -11,7 +11,7 @@ import torch
 
 import seqloader as sl
 from seqloader import prefetch
-from seqloader.prefetcher.shm import SHM_PREFIX, SlotPool, WorkerSlots, read_and_release, write_payload
+from seqloader.prefetcher.processes.shm import SHM_PREFIX, SlotPool, WorkerSlots, read_and_release, write_payload
 
 
 def full_1000(i):

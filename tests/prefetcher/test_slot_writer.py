@@ -1,4 +1,4 @@
-"""Slot writers (``seqloader.prefetcher.payload``): values that write their buffers into the job's slot.
+"""Slot writers (``seqloader.prefetcher.processes.payload``): values that write their buffers into the job's slot.
 
 The protocol is L2's and neutral: these tests use writers of their own (numpy and torch buffers),
 in-process through ``Reservation``/``encode_payload`` and through real workers.
@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from seqloader import prefetch, smap
-from seqloader.prefetcher.payload import (HEADROOM, Reservation, SlotWriter, encode_payload, read_and_release,
-                                          take_writer_permit)
-from seqloader.prefetcher.shm import SlotPool, WorkerSlots
+from seqloader.prefetcher.processes.payload import (HEADROOM, Reservation, SlotWriter, encode_payload,
+                                                    read_and_release)
+from seqloader.prefetcher.processes.shm import SlotPool, WorkerSlots
 
 
 class Ramp(SlotWriter):
@@ -157,26 +157,31 @@ def test_errors_of_a_writer_are_the_items_errors_and_the_workers_go_on():
         check_ramp(p[3], 3)
 
 
-def permits(i):
-    return take_writer_permit(), take_writer_permit()
+class AsksForSlot:
+    """``slot_item(i)`` says it was asked for the slot; ``seq[i]`` says it was not, and reads
+    ``inner`` (code run inside the item: a nested reader) by indexing."""
 
-
-class TakesFirst:
-    """Takes the permit, then reads ``permits`` (code run inside the item: a nested reader)."""
+    def __init__(self, inner=None):
+        self.inner = inner
 
     def __len__(self):
         return 3
 
     def __getitem__(self, i):
-        return take_writer_permit(), permits(i)
+        return ("indexed", None if self.inner is None else self.inner[i])
+
+    def slot_item(self, i):
+        return ("slot", None if self.inner is None else self.inner[i])
 
 
-def test_the_permit_is_given_once_per_job_in_a_worker_only():
-    assert take_writer_permit() is False  # not in a worker
-    with prefetch(smap(permits, range(3)), num_workers=1) as p:
-        assert list(p) == [(True, False)] * 3  # once per job, to the first code that asks
-    with prefetch(TakesFirst(), num_workers=1) as p:
-        assert list(p) == [(True, (False, False))] * 3  # what runs inside the item never gets it
+def test_only_the_job_itself_is_asked_for_its_slot_and_only_by_worker_processes():
+    with prefetch(AsksForSlot(AsksForSlot()), num_workers=1) as p:
+        assert list(p) == [("slot", ("indexed", None))] * 3  # what runs inside the item indexes as usual
+    with prefetch(AsksForSlot(), num_workers=2, threads_per_worker=2) as p:
+        assert list(p) == [("slot", None)] * 3  # threads inside a worker process: each job its own slot
+    with prefetch(AsksForSlot(), num_workers=2, method="thread") as p:
+        assert list(p) == [("indexed", None)] * 3  # no slot: threads hand values over by reference
+    assert AsksForSlot()[0] == ("indexed", None)
 
 
 # --------------------------------------------------------------------------- the worker's heap (heap.py)
@@ -207,7 +212,7 @@ def test_workers_keep_large_freed_buffers_for_reuse():
 
 
 def test_the_users_malloc_settings_win(monkeypatch):
-    from seqloader.prefetcher.heap import keep_large_buffers
+    from seqloader.prefetcher.processes.heap import keep_large_buffers
 
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1000000")
     assert keep_large_buffers() is False

@@ -54,9 +54,9 @@ def test_start_returns_once_every_worker_has_run_its_set_up(tmp_path):
     with prefetch(range(10), num_workers=3, worker_init_fn=init) as p:
         p.start()
         assert sorted(os.listdir(tmp_path)) == ["worker-0", "worker-1", "worker-2"]
-        pids = [h.pid for h in p._crew.handles]
+        pids = [h.pid for h in p._executor.handles]
         p.start()  # idempotent: the same workers
-        assert [h.pid for h in p._crew.handles] == pids
+        assert [h.pid for h in p._executor.handles] == pids
         assert list(p) == list(range(10)) and p.remaining == 0
 
 
@@ -82,7 +82,7 @@ def test_a_set_up_longer_than_the_bound_is_a_runtime_error(monkeypatch):
                  worker_init_fn=functools.partial(blocks_in_init, event))
     # The workers wait for an event nobody sets; close() terminates them (do not set it then:
     # Event.set() waits for its waiters to wake, and they are dead).
-    with pytest.raises(RuntimeError, match=r"worker\(s\) 0 \(pid \d+\), 1 \(pid \d+\) did not finish their "
+    with pytest.raises(RuntimeError, match=r"worker 0 \(pid \d+\), worker 1 \(pid \d+\) did not finish their "
                                            r"set-up .* within 0.5 seconds"):
         p.start()
     assert p.closed
@@ -98,4 +98,4 @@ def test_start_on_a_closed_prefetch_is_a_value_error():
 def test_start_with_an_empty_sequence_starts_the_workers():
     with prefetch([], num_workers=2) as p:
         p.start()
-        assert len(p._crew.handles) == 2 and list(p) == []
+        assert len(p._executor.handles) == 2 and list(p) == []

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from seqloader import prefetch
-from seqloader.prefetcher.shm import SlotPool, WorkerSlots, is_plain_tensor, read_and_release, write_payload
+from seqloader.prefetcher.processes.shm import SlotPool, WorkerSlots, is_plain_tensor, read_and_release, write_payload
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 from strategies import check_against_oracle, tag
-from test_threaded import BOUND, run_in_fork
+from forking import BOUND, run_in_fork
 
 
 class Counting:

@@ -1,7 +1,7 @@
 """A result in a slot: protocol-5 pickling with out-of-band buffers, and values that write themselves.
 
-A worker's result goes into its job's slot (:mod:`seqloader.prefetcher.shm`) as a
-:class:`~seqloader.prefetcher.messages.Payload`; the parent unpickles it with arrays and tensors
+A worker's result goes into its job's slot (:mod:`seqloader.prefetcher.processes.shm`) as a
+:class:`~seqloader.prefetcher.processes.messages.Payload`; the parent unpickles it with arrays and tensors
 as leased views of the slot (:func:`read_payload`). The layout of a slot holding a result::
 
     [ buffers a slot writer wrote in place ][ pickle bytes ][ the other out-of-band buffers ]
@@ -23,10 +23,12 @@ only a value with more than that many bytes outside the regions needs (:meth:`En
 writer must not keep a view past ``write_into_slot``: a view still alive at a resize is reported
 as the item's error (``RuntimeError``), never written around.
 
-:func:`take_writer_permit` tells code computing an item whether it may return a writer: ``True``
-once per job, in a worker, to the first code that asks. A sequence that may return a writer asks
-first thing in its ``_item``, so what it runs inside the item (a loader read inside a dataset,
-whose result is used there and never written into a slot) gets ``False``.
+**Who may return a writer.** Only the item the worker computes for its job, and only when asked
+explicitly: a worker calls ``seq.slot_item(index)`` (:data:`SLOT_ITEM`) instead of ``seq[index]``
+when the sequence has that method, and a writer may come back only from there. Code that runs
+inside the item (a loader read inside a dataset, whose result is used there and never written
+into a slot) indexes as usual and gets ordinary values: nothing global, no order of statements to
+keep.
 """
 
 from __future__ import annotations
@@ -40,16 +42,18 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from seqloader.prefetcher.messages import Payload
+from seqloader.prefetcher.processes.messages import Payload
 
-__all__ = ["HEADROOM", "Encoded", "Reservation", "SlotWriter", "encode", "encode_payload", "is_plain_tensor",
-           "read_and_release", "read_payload", "take_writer_permit", "write_payload"]
+__all__ = ["HEADROOM", "SLOT_ITEM", "Encoded", "Reservation", "SlotWriter", "encode", "encode_payload",
+           "is_plain_tensor", "read_and_release", "read_payload", "write_payload"]
 
 _ALIGN = 64
 #: Bytes a :class:`Reservation` adds after the regions, for the pickle bytes and small buffers.
 HEADROOM = 1 << 16
 
-_permit = False  # set by the worker around seq[index]; taken (once) by take_writer_permit()
+#: The method a worker calls instead of ``seq[index]`` when the sequence has it: it may return a
+#: :class:`SlotWriter` (see the module docstring).
+SLOT_ITEM = "slot_item"
 
 
 def _align(n: int) -> int:
@@ -115,8 +119,8 @@ def encode(value: Any) -> tuple[memoryview, list]:
 class SlotWriter:
     """A value that writes itself into its job's slot (see the module docstring).
 
-    Subclasses implement :meth:`write_into_slot`; the worker calls it right after ``seq[index]``
-    returned the writer, in the same process, before anything else is computed.
+    Subclasses implement :meth:`write_into_slot`; the worker calls it right after
+    ``seq.slot_item(index)`` returned the writer, in the same thread, before anything else is computed.
     """
 
     __slots__ = ()
@@ -124,24 +128,6 @@ class SlotWriter:
     def write_into_slot(self, reserve: Callable[[Sequence[int]], list[memoryview]]) -> Any:
         """Write into regions from ``reserve(sizes)`` (call it at most once); return the value to send."""
         raise NotImplementedError
-
-
-def take_writer_permit() -> bool:
-    """Whether the item being computed may be a :class:`SlotWriter`: ``True`` at most once per job, to
-    the first caller while a worker computes it (see the module docstring).
-
-    Example:
-        >>> take_writer_permit()   # not computing a job of a worker
-        False
-    """
-    global _permit
-    permit, _permit = _permit, False
-    return permit
-
-
-def _set_permit(value: bool) -> None:
-    global _permit
-    _permit = value
 
 
 def _grow(slots: Any, slot_id: int, nbytes: int) -> Any:

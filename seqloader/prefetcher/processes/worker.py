@@ -1,17 +1,17 @@
 """The worker process: its loop, pipe framing and the pickling of sequences.
 
-A worker owns one sequence (replaced by :class:`~seqloader.prefetcher.messages.Retarget`), reads
-:class:`~seqloader.prefetcher.messages.Job` messages from its own pipe, computes ``seq[index]``
-and writes the result into the job's shared-memory slot (:mod:`seqloader.prefetcher.shm`); a
-result that is a :class:`~seqloader.prefetcher.payload.SlotWriter` writes itself there, as part
+A worker owns one sequence (replaced by :class:`~seqloader.prefetcher.processes.messages.Retarget`), reads
+:class:`~seqloader.prefetcher.processes.messages.Job` messages from its own pipe, computes ``seq[index]``
+and writes the result into the job's shared-memory slot (:mod:`seqloader.prefetcher.processes.shm`); a
+result that is a :class:`~seqloader.prefetcher.processes.payload.SlotWriter` writes itself there, as part
 of computing the item. With stage timing on in the process (:mod:`seqloader.sequences.stage_times`,
 enabled by the caller's ``worker_init_fn``), pickling and writing the result count as the stage
 ``"transfer"``, and each reply carries the item's stage times. Set-up:
 SIGINT ignored, one intra-op torch thread, glibc's heap told to keep large freed buffers
-(:mod:`seqloader.prefetcher.heap`), then ``worker_init_fn(worker_id)``, reported with
-:class:`~seqloader.prefetcher.messages.Ready` (or :class:`~seqloader.prefetcher.messages.WorkerFailed`);
+(:mod:`seqloader.prefetcher.processes.heap`), then ``worker_init_fn(worker_id)``, reported with
+:class:`~seqloader.prefetcher.processes.messages.Ready` (or :class:`~seqloader.prefetcher.processes.messages.WorkerFailed`);
 whatever else a worker needs (seeds, torch's ``WorkerInfo``) is the caller's ``worker_init_fn``'s business.
-The parent's side (process handles, the shutdown protocol) is in :mod:`seqloader.prefetcher.crew`.
+The parent's side (process handles, the shutdown protocol) is in :mod:`seqloader.prefetcher.processes.executor`.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ import os
 import pickle
 import select
 import signal
+import threading
 import time
 import traceback
 from typing import Any
 
 import torch
 
-from seqloader.prefetcher.heap import keep_large_buffers
-from seqloader.prefetcher.messages import (
+from seqloader.prefetcher.processes.heap import keep_large_buffers
+from seqloader.prefetcher.processes.messages import (
     Cancelled,
     Failure,
     Forget,
@@ -41,8 +42,9 @@ from seqloader.prefetcher.messages import (
     WorkerConfig,
     WorkerFailed,
 )
-from seqloader.prefetcher.payload import Encoded, Reservation, SlotWriter, _set_permit, encode_payload
-from seqloader.prefetcher.shm import WorkerSlots, unlink_segment, write_payload
+from seqloader.prefetcher.processes.payload import SLOT_ITEM, Encoded, Reservation, SlotWriter, encode_payload
+from seqloader.prefetcher.processes.runner import Runner
+from seqloader.prefetcher.processes.shm import WorkerSlots, unlink_segment, write_payload
 from seqloader.sequences import stage_times
 
 __all__ = ["TRANSFER", "dumps_seq", "error_report", "loads_seq", "recv", "send", "worker_main"]
@@ -146,13 +148,11 @@ class _Unsendable(Exception):
 
 
 def _evaluate(seq, job: Job, slots: WorkerSlots, times) -> Encoded:
-    """``seq[job.index]`` (written by itself into the slot if it is a :class:`SlotWriter`), pickled
-    but not written: the value, and every view of the slot it holds, die with this frame."""
-    _set_permit(True)
-    try:
-        value = seq[job.index]
-    finally:
-        _set_permit(False)
+    """``seq.slot_item(job.index)`` if the sequence has it (the value may be a :class:`SlotWriter`,
+    which writes itself into the slot), else ``seq[job.index]``; pickled but not written: the
+    value, and every view of the slot it holds, die with this frame."""
+    slot_item = getattr(seq, SLOT_ITEM, None)
+    value = seq[job.index] if slot_item is None else slot_item(job.index)
     token = times.begin() if times is not None else None
     reservation = None
     if isinstance(value, SlotWriter):  # part of computing the item: its errors are the item's
@@ -221,10 +221,42 @@ class _Worker:
         self.config, self.jobs, self.results, self.shared, self.seq = config, jobs, results, shared, seq
         self.slots = WorkerSlots()
         self.ppid = os.getppid()  # at start: a later change means the parent died
-        self.latest = config.gen
+        self.latest = config.gen  # written by this thread only; runner threads read it
         self.pending: collections.deque = collections.deque()
         self.poller = select.poll()
         self.poller.register(jobs.fileno(), select.POLLIN)
+        self.send_lock = threading.Lock()  # runner threads reply on the same pipe
+        self.failed = False  # a runner thread reported a failure: stop
+        self.runner: Runner | None = None
+
+    def start_threads(self) -> None:
+        """With ``config.threads > 1``: start the runner and wait for its threads' set-up.
+
+        Raises:
+            Exception: a ``thread_init_fn`` raised (reported as the worker's set-up failure).
+        """
+        c = self.config
+        if c.threads > 1:
+            self.runner = Runner(c.threads, self.run_job, c.worker_id, c.thread_init_fn, self.runner_failed)
+            self.runner.wait_ready(lambda: _parent_alive(self.ppid, c.parent_pid))
+
+    def reply(self, msg: Any) -> None:
+        with self.send_lock:
+            send(self.results, msg)
+
+    def run_job(self, job: Job, seq: Any) -> None:
+        """Answer one job (in this thread or a runner thread)."""
+        if job.gen < self.latest:
+            self.reply(Cancelled(job.gen, job.index, job.slot_id))
+        else:
+            self.reply(_compute(seq, job, self.slots))
+
+    def runner_failed(self, stage: str, exc: BaseException) -> None:
+        """A runner thread cannot go on: report it; the message loop then stops."""
+        try:
+            self.reply(WorkerFailed(stage, pickle.dumps(error_report(exc))))
+        finally:
+            self.failed = True
 
     def next_message(self) -> Any:
         """The next message to handle (waiting in bounded steps, checking the parent is alive),
@@ -234,6 +266,8 @@ class _Worker:
             while not self.poller.poll(int(PARENT_CHECK_INTERVAL * 1000)):
                 if not _parent_alive(self.ppid, self.config.parent_pid):
                     raise _Stopped(parent_gone=True)
+                if self.failed:
+                    raise _Stopped()
             self.pending.append(recv(self.jobs))
         while self.poller.poll(0):
             self.pending.append(recv(self.jobs))
@@ -260,14 +294,16 @@ class _Worker:
                 self.slots.open(msg.slot_id, msg.slot_name)
             except OSError as exc:  # e.g. EMFILE: every slot the reader still holds is mapped here
                 self.fail("mapping shared memory", exc)
-            if msg.gen < self.latest:
-                send(self.results, Cancelled(msg.gen, msg.index, msg.slot_id))
+            if self.failed:
+                raise _Stopped()
+            if self.runner is not None:
+                self.runner.put(msg, self.seq)
             else:
-                send(self.results, _compute(self.seq, msg, self.slots))
+                self.run_job(msg, self.seq)
 
     def fail(self, stage: str, exc: BaseException) -> None:
         """Report that this worker cannot go on (:class:`WorkerFailed`), then stop."""
-        send(self.results, WorkerFailed(stage, pickle.dumps(error_report(exc))))
+        self.reply(WorkerFailed(stage, pickle.dumps(error_report(exc))))
         raise _Stopped()
 
 
@@ -291,6 +327,11 @@ def worker_main(config: WorkerConfig, jobs: Any, results: Any, shared: Any, seq:
         send(results, WorkerFailed("worker_init_fn", pickle.dumps(error_report(exc))))
         return
     worker = _Worker(config, jobs, results, shared, seq)
+    try:
+        worker.start_threads()
+    except Exception as exc:
+        send(results, WorkerFailed("thread_init_fn", pickle.dumps(error_report(exc))))
+        return
     parent_gone = False
     try:
         send(results, Ready(config.worker_id))
@@ -301,6 +342,8 @@ def worker_main(config: WorkerConfig, jobs: Any, results: Any, shared: Any, seq:
     except (EOFError, BrokenPipeError, ConnectionResetError):
         parent_gone = True
     finally:
+        if worker.runner is not None:
+            worker.runner.stop()
         if parent_gone:
             _unlink_queued_slots(jobs, worker.poller, worker.pending)
         worker.slots.close(unlink=parent_gone)

@@ -1,4 +1,4 @@
-"""``ThreadPrefetch`` and ``prefetch(method="thread")``: the process backend's semantics on threads.
+"""The thread executor (``prefetch(method="thread")``): the process backend's semantics on threads.
 
 Ordered reads with random seeks against a list oracle; stale items never computed; concurrency
 bounds; errors, timeouts, shutdown, garbage collection, fork; and that the thread backend never
@@ -11,41 +11,32 @@ import gc
 import os
 import pickle
 import re
-import select
 import subprocess
 import sys
 import threading
 import time
-import warnings
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import seqloader as sl
-from seqloader.sequences.threaded import TaskTimeout, ThreadPrefetch
+from forking import BOUND, run_in_fork, wait_until
+from seqloader.prefetcher.faults import ItemTimeout
 from strategies import tag
 
-#: Seconds: the bound of every wait in these tests (never reached unless something is broken).
-BOUND = 60.0
 
-
-def wait_until(predicate, bound: float = BOUND) -> bool:
-    deadline = time.monotonic() + bound
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
+def ThreadPrefetch(seq, num_threads, **kwargs):
+    return sl.prefetch(seq, num_threads, method="thread", **kwargs)
 
 
 def read_patiently(p, i):
-    """``p[i]``, retried on ``TaskTimeout`` (a short ``timeout`` may expire on a loaded machine)."""
+    """``p[i]``, retried on ``ItemTimeout`` (a short ``timeout`` may expire on a loaded machine)."""
     deadline = time.monotonic() + BOUND
     while True:
         try:
             return p[i]
-        except TaskTimeout:
+        except ItemTimeout:
             if time.monotonic() > deadline:
                 raise
 
@@ -167,7 +158,7 @@ def test_an_item_error_keeps_its_type_gains_a_note_and_the_prefetch_stays_usable
         exc = info.value
         assert type(exc) is ValueError and str(exc) == "bad record 3" and exc.seqloader_index == 3
         assert re.fullmatch(r"seqloader: raised while computing item 3 of prefetch\(method='thread', num_workers=2, "
-                            r"prefetch_factor=2, len=6\) in thread seqloader-prefetch@\w+-\d", exc.__notes__[-1])
+                            r"prefetch_factor=2, len=6\) in worker 1 \(thread seqloader-worker-1\)", exc.__notes__[-1])
         assert [p[4], p[5], p[0]] == [4, 5, 0]
         with pytest.raises(ValueError, match="bad record 3"):
             p[3]
@@ -179,7 +170,8 @@ def test_a_timeout_raises_names_the_item_and_leaves_the_prefetch_usable():
     p = ThreadPrefetch(rec, num_threads=2, timeout=0.01)
     try:
         assert [p[0], p[1]] == [0, 10]
-        with pytest.raises(TaskTimeout, match=r"timed out after 0.01 seconds waiting for item 2 \(in thread ") as info:
+        with pytest.raises(ItemTimeout, match=r"timed out after 0.01 seconds waiting for item 2 from worker 0 "
+                                              r"\(thread seqloader-worker-0\)") as info:
             p[2]
         assert isinstance(info.value, RuntimeError) and info.value.item == 2
         assert read_patiently(p, 5) == 50  # another read seeks; the other thread computes it
@@ -194,7 +186,7 @@ def test_reading_the_timed_out_item_again_does_not_recompute_it():
     gate = threading.Event()
     rec = Recorder(4, {0: lambda: gate.wait(BOUND)})
     with ThreadPrefetch(rec, num_threads=1, timeout=0.01) as p:
-        with pytest.raises(TaskTimeout, match="waiting for item 0"):
+        with pytest.raises(ItemTimeout, match="waiting for item 0"):
             p[0]
         gate.set()
         assert read_patiently(p, 0) == 0  # the read position is unchanged: the same computation
@@ -207,14 +199,14 @@ def test_close_is_idempotent_reads_after_it_raise_and_no_thread_outlives_it():
     before = set(threading.enumerate())
     p = ThreadPrefetch(range(50), num_threads=4)
     assert list(p) == list(range(50))
-    mine = [t for t in set(threading.enumerate()) - before if t.name.startswith("seqloader-prefetch@")]
+    mine = [t for t in set(threading.enumerate()) - before if t.name.startswith("seqloader-worker-")]
     assert mine
     p.close()
     p.close()
     assert p.closed
     assert wait_until(lambda: not any(t.is_alive() for t in mine))
-    for op, call in [("read", lambda: p[0]), ("seek", lambda: p.seek(0)), ("reset", lambda: p.reset([1]))]:
-        with pytest.raises(ValueError, match=re.escape(f"{p!r}: {op} after close(); create a new prefetch")):
+    for call in [lambda: p[0], lambda: p.seek(0), lambda: p.reset([1])]:
+        with pytest.raises(ValueError, match=re.escape(f"{p!r}: read or reset after close(); create a new prefetch")):
             call()
 
 
@@ -229,7 +221,7 @@ def test_garbage_collection_signals_the_threads_without_joining(monkeypatch):
     p = ThreadPrefetch(Recorder(8, {1: block}), num_threads=2)
     assert p[0] == 0
     assert inside.wait(BOUND)
-    mine = [t for t in set(threading.enumerate()) - before if t.name.startswith("seqloader-prefetch@")]
+    mine = [t for t in set(threading.enumerate()) - before if t.name.startswith("seqloader-worker-")]
     joined = []
     with monkeypatch.context() as m:
         m.setattr(threading.Thread, "join", lambda self, timeout=None: joined.append(self.name))
@@ -242,46 +234,14 @@ def test_garbage_collection_signals_the_threads_without_joining(monkeypatch):
 
 def test_pickling_repr_context_manager_and_reset():
     with sl.prefetch(range(5), num_workers=2, method="thread") as p:
-        assert isinstance(p, ThreadPrefetch)
+        assert isinstance(p, sl.Prefetch) and p.executor.kind == "thread"
         assert repr(p) == "prefetch(method='thread', num_workers=2, prefetch_factor=2, len=5)"
-        with pytest.raises(TypeError, match="owns threads and cannot be pickled; pickle the sequence"):
+        with pytest.raises(TypeError, match="owns its workers and cannot be pickled; pickle the sequence"):
             pickle.dumps(p)
         assert p[1] == 1
         p.reset(["a", "b"])
         assert len(p) == 2 and list(p) == ["a", "b"]
     assert p.closed
-
-
-def run_in_fork(child) -> str:
-    """Fork; the child runs ``child()`` and reports ``repr`` of its result (or error) through a pipe."""
-    r, w = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork of a multi-threaded process
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        try:
-            try:
-                msg = repr(child())
-            except BaseException as exc:
-                msg = f"child raised {exc!r}"
-            os.write(w, msg.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks, deadline = [], time.monotonic() + BOUND
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([r], [], [], deadline - time.monotonic())
-            data = os.read(r, 65536) if ready else b""
-            if not data:
-                break
-            chunks.append(data)
-    finally:
-        os.close(r)
-        if not wait_until(lambda: os.waitpid(pid, os.WNOHANG)[0] != 0):
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-    return b"".join(chunks).decode()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
@@ -294,8 +254,8 @@ def test_a_prefetch_inherited_through_fork_reads_with_the_childs_own_threads():
 
 # -- prefetch(method="thread") --------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, value", [("multiprocessing_context", "spawn"), ("worker_init_fn", print),
-                                         ("shared", [1]), ("affinity", False)])
+@pytest.mark.parametrize("name, value", [("multiprocessing_context", "spawn"), ("shared", [1]), ("restarts", 1),
+                                         ("threads_per_worker", 2), ("thread_init_fn", print)])
 def test_process_only_arguments_are_refused_with_threads(name, value):
     with pytest.raises(ValueError, match=f"^prefetch: {name} applies to method='process' only"):
         sl.prefetch(range(3), 2, method="thread", **{name: value})

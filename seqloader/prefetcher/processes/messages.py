@@ -42,6 +42,10 @@ __all__ = [
 class WorkerConfig:
     """What a worker needs to start; passed as a ``Process`` argument, not through a pipe.
 
+    ``threads`` jobs run at once in the worker (threads inside the process,
+    :mod:`~seqloader.prefetcher.processes.runner`); each such thread first calls
+    ``thread_init_fn(worker_id, thread)`` when given.
+
     ``seq`` and ``shared`` are passed beside it (objects, not bytes): under ``fork`` they are
     inherited without pickling, under ``spawn``/``forkserver`` they are pickled once together
     (with ``worker_init_fn``), so an object referenced by several of them arrives once.
@@ -52,6 +56,8 @@ class WorkerConfig:
     parent_pid: int
     worker_init_fn: Any
     gen: int
+    threads: int = 1
+    thread_init_fn: Any = None
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,7 @@ class Payload:
 
     ``size`` is the slot's size after the write (a worker grows a slot that is too small).
     ``data_offset`` is 0 unless the value wrote buffers into the slot itself, before the pickle
-    bytes (a slot writer, :mod:`seqloader.prefetcher.payload`).
+    bytes (a slot writer, :mod:`seqloader.prefetcher.processes.payload`).
     """
 
     slot_id: int

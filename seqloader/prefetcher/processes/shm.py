@@ -1,5 +1,5 @@
 """Shared-memory slots: the parent's pool and a worker's view of it (the result encoding is in
-:mod:`seqloader.prefetcher.payload`; its names are importable from here too).
+:mod:`seqloader.prefetcher.processes.payload`; its names are importable from here too).
 
 A *slot* is one POSIX shared-memory segment (``/dev/shm/seqloader_<pid>_<random>``) that carries
 one result at a time from one worker to the parent. Ownership is never by convention:
@@ -11,13 +11,13 @@ one result at a time from one worker to the parent. Ownership is never by conven
   leave a file in ``/dev/shm``. Each process holds one descriptor per slot (the one inside its
   ``mmap``), which ``mmap.resize`` uses to remap a grown slot.
 - Each slot belongs to **one worker** (the worker that maps it), which writes a result into it
-  (:func:`~seqloader.prefetcher.payload.write_payload`; the encoding, and values that write
-  themselves into the slot, are in :mod:`seqloader.prefetcher.payload`). A result larger than
+  (:func:`~seqloader.prefetcher.processes.payload.write_payload`; the encoding, and values that write
+  themselves into the slot, are in :mod:`seqloader.prefetcher.processes.payload`). A result larger than
   the slot grows it in place (``ftruncate`` by the worker, remap by the parent); there is no
   size to tune and no silent pickling fallback. Plain dense CPU tensors and numpy arrays are
   written as out-of-band buffers; other tensors (nested, sparse, quantized, subclasses, other
   devices) are pickled by torch's reduction into the same slot (:func:`is_plain_tensor`).
-- The parent reads a result with :func:`~seqloader.prefetcher.payload.read_payload`. Arrays and
+- The parent reads a result with :func:`~seqloader.prefetcher.processes.payload.read_payload`. Arrays and
   tensors in the result are *views* of the slot, kept alive by reference counting: every view
   holds a *lease* (a ctypes array over the slot's mapping) and the slot goes back to the pool
   only when the last view of that result is garbage. So a returned batch is never overwritten,
@@ -40,12 +40,13 @@ import ctypes
 import mmap
 import os
 import secrets
+import threading
 import weakref
 
 import _posixshmem
 
 # The result encoding lives in payload.py; its names stay importable from here.
-from seqloader.prefetcher.payload import encode, is_plain_tensor, read_and_release, read_payload, write_payload
+from seqloader.prefetcher.processes.payload import encode, is_plain_tensor, read_and_release, read_payload, write_payload
 
 __all__ = ["SHM_PREFIX", "SlotPool", "WorkerSlots", "encode", "is_plain_tensor", "read_and_release", "read_payload",
            "write_payload"]
@@ -241,33 +242,47 @@ class SlotPool:
 
 
 class WorkerSlots:
-    """A worker's mappings of its slots, opened by name on first use and grown on demand."""
+    """A worker's mappings of its slots, opened by name on first use and grown on demand.
 
-    def __init__(self):
+    The table is behind a lock: with several threads in the worker, one thread maps the slot of
+    a new job while others grow the slots of theirs (each job has its own slot, so a mapping is
+    only ever grown by the one thread computing its job)."""
+
+    def __init__(self) -> None:
         self._maps: dict[int, tuple] = {}  # slot id -> (mmap, name)
+        self._lock = threading.Lock()
 
     def open(self, slot_id: int, name: str) -> None:
         """Map ``slot_id`` if it is new (the parent unlinks the name after our reply)."""
-        if slot_id not in self._maps:
-            fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
-            self._maps[slot_id] = (_map(fd, os.fstat(fd).st_size), name)
+        with self._lock:
+            if slot_id in self._maps:
+                return
+        fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
+        mapped = (_map(fd, os.fstat(fd).st_size), name)
+        with self._lock:
+            self._maps[slot_id] = mapped
 
     def ensure(self, slot_id: int, nbytes: int) -> mmap.mmap:
         """The mapping of ``slot_id``, grown (``ftruncate`` + ``mremap``) to hold ``nbytes``."""
-        mm = self._maps[slot_id][0]
+        with self._lock:
+            mm = self._maps[slot_id][0]
         if len(mm) < nbytes:
             mm.resize(_round_size(max(nbytes, 2 * len(mm))))
         return mm
 
     def forget(self, slot_ids) -> None:
-        for sid in slot_ids:
-            entry = self._maps.pop(sid, None)
+        with self._lock:
+            entries = [self._maps.pop(sid, None) for sid in slot_ids]
+        for entry in entries:
             if entry is not None:
                 entry[0].close()
 
     def close(self, unlink: bool) -> None:
         """Unmap everything; with ``unlink`` (the parent died) also remove any name left."""
+        with self._lock:
+            names = [name for _, name in self._maps.values()]
+            sids = list(self._maps)
         if unlink:
-            for _, name in self._maps.values():
+            for name in names:
                 unlink_segment(name)
-        self.forget(list(self._maps))
+        self.forget(sids)
