@@ -168,7 +168,9 @@ def normalize_index(key: Any, length: int, stage: Any) -> int:
         Traceback (most recent call last):
         IndexError: seq: index 10 out of range [-10, 10)
     """
-    name = stage if isinstance(stage, str) else repr(stage)
+    if type(key) is int and 0 <= key < length:  # the common case: no repr, no conversion
+        return key
+    name = stage if isinstance(stage, str) else repr(stage)  # only for an error or an unusual key
     if isinstance(key, bool):
         raise TypeError(f"{name}: indices must be integers or slices, not bool")
     try:

@@ -217,8 +217,8 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         if self.timeout and self.num_workers == 0:
             raise ValueError(f"DataLoader: timeout={self.timeout} needs num_workers > 0 (got "
                              "num_workers=0); set timeout=0 or use worker processes")
-        if self.num_workers > 0 and self.worker_method == "multiprocessing":
-            self.check_worker_number_rationality()  # torch's advice counts processes
+        if self.num_workers > 0:
+            self.check_worker_number_rationality()
         if not self._is_iterable and self._builtin_order:
             world.check_seed_is_shared(self._seed_world)
         device = pin_device(self.pin_memory, self.pin_memory_device)
@@ -290,6 +290,11 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         if every_s is not None and not every_s > 0:
             raise ValueError(f"DataLoader.log_stats: every_s must be > 0 or None (got {every_s!r})")
         self._stats.log_every_s = every_s
+
+    def check_worker_number_rationality(self) -> None:
+        """torch's advice on the number of worker processes (threads are not counted)."""
+        if getattr(self, "worker_method", "multiprocessing") == "multiprocessing":
+            super().check_worker_number_rationality()
 
     def _get_iterator(self):
         """torch's hook for a new iterator: ours (never torch's single/multi-process iterators)."""

@@ -106,7 +106,7 @@ class EpochBatches(LazySequence):
     def _batch(self, b: int, in_slot: bool) -> Any:
         key, indices = self._plan.batch(b)
         seed_globals(self._seed, self._epoch, key, self._derivation)
-        watched = watch_globals()  # a thread worker: were the shared global generators drawn from?
+        watched = watch_globals(self._epoch)  # a thread worker: does it draw from the shared globals?
         times = stage_times.current() if stage_times.ACTIVE is not None else None
         try:  # (try/except rather than annotate(): this runs once per batch, ~2 µs saved)
             if times is None:
@@ -122,8 +122,9 @@ class EpochBatches(LazySequence):
         except Exception as exc:
             note_stage(exc, "DataLoader", key, batch=b, epoch=self._epoch)
             raise
-        if watched is not None:
-            watched[0].check(watched[1], lambda: f"batch {b} of epoch {self._epoch}")
+        finally:
+            if watched is not None:
+                watched[0].check(watched[1], lambda: f"batch {b} of epoch {self._epoch}")
         return out
 
     def indices(self, b: int) -> Any:

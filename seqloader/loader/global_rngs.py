@@ -27,12 +27,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import random
+import threading
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
 
-__all__ = ["Snapshot", "layout"]
+__all__ = ["Snapshot", "layout", "numpy_state", "reseeded", "reseeds"]
 
 _MT_WORDS = 624
 _MT_BYTES = 4 * _MT_WORDS + 4  # numpy's mt19937_state and CPython's RandomObject: 624 words + an int
@@ -101,10 +102,32 @@ def layout() -> Optional[Layout]:
     return None if gauss is None or index is None else Layout(gauss, index)
 
 
-def _same_numpy(a: Any, b: Any) -> bool:
-    if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], bytes):  # raw bytes
-        return bool(a == b)
-    return bool(a[0] == b[0] and np.array_equal(a[1], b[1]) and a[2:] == b[2:])  # get_state() tuples
+_reseeds = 0  # how many times seqloader set the global states in this process (any thread)
+_reseeds_lock = threading.Lock()
+
+
+def reseeded() -> None:
+    """Count one setting of the global states by seqloader (seeding a batch, restoring a snapshot)."""
+    global _reseeds
+    with _reseeds_lock:
+        _reseeds += 1
+
+
+def reseeds() -> int:
+    """How many times seqloader set the global states in this process so far (see :func:`reseeded`):
+    a change of a global state that happened while this number moved may be seqloader's own."""
+    return _reseeds
+
+
+def numpy_state() -> Any:
+    """The raw state of numpy's global ``RandomState`` (bytes, or ``get_state()`` where the raw
+    layout is unknown), for comparing, not restoring."""
+    where = layout()
+    if where is None:
+        return repr(np.random.get_state())
+    rs = np.random.mtrand._rand
+    return (ctypes.string_at(rs._bit_generator.ctypes.state_address, _MT_BYTES),
+            ctypes.string_at(id(rs) + where.numpy_gauss, 16))
 
 
 class Snapshot:
@@ -133,27 +156,9 @@ class Snapshot:
         self._random = ctypes.string_at(id(inst) + where.random_index, _MT_BYTES)
         self._gauss_next = inst.gauss_next  # type: ignore[attr-defined]  # C-level attribute
 
-    def changed(self) -> list[str]:
-        """The generators whose state is not the saved one any more: some of ``"random"``,
-        ``"numpy.random"``, ``"torch"`` (a draw since the snapshot, or a reseed).
-
-        Example:
-            >>> import random
-            >>> snap = Snapshot(); _ = random.random(); snap.changed()
-            ['random']
-        """
-        now = Snapshot()
-        out = []
-        if now._random != self._random or getattr(now, "_gauss_next", None) != getattr(self, "_gauss_next", None):
-            out.append("random")
-        if not _same_numpy(now._numpy, self._numpy):
-            out.append("numpy.random")
-        if not torch.equal(now._torch, self._torch):
-            out.append("torch")
-        return out
-
     def restore(self) -> None:
         """Put the saved states back (a snapshot can be restored more than once)."""
+        reseeded()
         where = layout()
         torch.default_generator.set_state(self._torch)
         if where is None:

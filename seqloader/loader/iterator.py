@@ -104,8 +104,6 @@ class Opened:
         mark: the items of ``seq`` consumed so far (a watermark and those consumed past it).
         step: the global step of item 0 (map-style: the batch at ``start``).
         recipe_changes: the progress's count of recipe changes when this was opened.
-        guard: thread workers' guard of the global generators, told when the loop waits in
-            ``next()`` (:mod:`seqloader.loader.thread_workers`); ``None`` otherwise.
     """
 
     seq: Any
@@ -118,7 +116,6 @@ class Opened:
     mark: Watermark
     step: int = 0
     recipe_changes: int = 0
-    guard: Any = None
 
 
 class LoaderIterator:
@@ -161,9 +158,6 @@ class LoaderIterator:
             raise superseded_error()
         stats = self._stats
         start = stats.start()
-        guard = self._opened.guard
-        if guard is not None:
-            guard.loop_waits(True)
         try:
             batch = self._next()
         except StopIteration:
@@ -172,9 +166,6 @@ class LoaderIterator:
         except BaseException:
             stats.returned(start)  # a batch that raised was consumed
             raise
-        finally:
-            if guard is not None:
-                guard.loop_waits(False)
         stats.returned(start)
         return batch
 

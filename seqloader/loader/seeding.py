@@ -6,7 +6,7 @@ that reproducible whichever process computes an item, the item is computed right
 :func:`seqloader.rng.derive_seed`. In the main process the caller's RNG states are saved and put
 back around that work by :func:`preserved_globals`. A thread worker's generators are its own
 (:mod:`seqloader.loader.thread_workers`): :func:`seed_globals` seeds those there, with the same
-seeds, and :func:`watch_globals` lets its guard report draws from the shared globals.
+seeds, and :func:`watch_globals` lets its probe report draws from the shared globals.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from seqloader.loader.global_rngs import Snapshot
-from seqloader.loader.thread_workers import GlobalDrawGuard, current_thread_rngs
+from seqloader.loader.global_rngs import Snapshot, reseeded
+from seqloader.loader.thread_workers import GlobalDrawProbe, current_thread_rngs
 from seqloader.rng import derive_seed, hash_seed
 
 __all__ = ["DERIVATION", "preserved_globals", "sampler_globals", "seed_globals", "torch_seed", "watch_globals"]
@@ -76,6 +76,7 @@ def seed_globals(seed: int, epoch: int, index: int, derivation: int = DERIVATION
         own.numpy_generator.seed(s & 0xFFFFFFFF)
         own.torch_generator.manual_seed(torch_seed(s, derivation))
         return s
+    reseeded()
     # random.seed(s) without its Python wrapper (the same two steps, ~1 µs less per batch)
     _C_SEED(random._inst, s)
     random._inst.gauss_next = None  # type: ignore[attr-defined]
@@ -87,13 +88,14 @@ def seed_globals(seed: int, epoch: int, index: int, derivation: int = DERIVATION
     return s
 
 
-def watch_globals() -> Optional[tuple[GlobalDrawGuard, tuple]]:
-    """In a thread worker whose loader guards the global generators: the guard and what it
-    compares after the batch (``guard.check(watched, what)``); else ``None``."""
+def watch_globals(epoch: int) -> Optional[tuple[GlobalDrawProbe, tuple]]:
+    """In a thread worker, at its first batch of ``epoch``: the loader's probe, watching this
+    thread's draws from the global generators until ``probe.check(watched, what)``; else ``None``."""
     rngs = current_thread_rngs()
-    if rngs is None or rngs.guard is None:
+    if rngs is None or rngs.probe is None:
         return None
-    return rngs.guard, rngs.guard.watch()
+    watched = rngs.probe.watch(rngs, epoch)
+    return None if watched is None else (rngs.probe, watched)
 
 
 @contextlib.contextmanager
@@ -125,6 +127,7 @@ def sampler_globals(seed: int, epoch: int, derivation: int = DERIVATION) -> Iter
     """
     s = derive_seed(seed, "sampler", epoch)
     with preserved_globals():
+        reseeded()
         random.seed(s)
         np.random.seed(s & 0xFFFFFFFF)
         torch.default_generator.manual_seed(torch_seed(s, derivation))

@@ -30,9 +30,9 @@ from typing import Any, Callable, Iterator, Optional
 
 from seqloader.errors import annotate
 from seqloader.loader.fetch import COLLATE, FETCH, SlotCollate
-from seqloader.loader.seeding import DERIVATION, seed_globals
+from seqloader.loader.seeding import DERIVATION, seed_globals, watch_globals
 from seqloader.loader.state import is_stateful
-from seqloader.loader.torch_compat import collate_in_plain_memory, is_default_collate
+from seqloader.loader.torch_compat import collate_in_plain_memory, is_default_collate, worker_dataset
 from seqloader.sequences import stage_times
 from seqloader.sequences.base import LazySequence
 
@@ -53,10 +53,12 @@ class StreamItem:
 
 
 class _Stream:
-    """One stream's live iterator in this process (never pickled)."""
+    """One stream's live iterator in this process (never pickled), over ``ds``: the dataset object
+    of the worker reading it (its own copy in a worker process or a thread worker)."""
 
-    def __init__(self, it: Iterator[Any], batches: int, next_index: int, ended: bool, state: Any):
+    def __init__(self, it: Iterator[Any], batches: int, next_index: int, ended: bool, state: Any, ds: Any):
         self.it, self.batches, self.next_index, self.ended, self.state = it, batches, next_index, ended, state
+        self.ds = ds
 
 
 class StreamBatches(LazySequence):
@@ -109,7 +111,7 @@ class StreamBatches(LazySequence):
         while first in self._skip:  # a stream's batches are yielded in its order: skips are its first turns
             first += self._streams
         saved = None if self._resume is None else self._resume[w]
-        ds = self._dataset
+        ds = worker_dataset(self._dataset)
         state = None if saved is None else saved["state"]
         if state is not None and state["dataset"] is not None:
             ds.load_state_dict(copy.deepcopy(state["dataset"]))
@@ -117,13 +119,13 @@ class StreamBatches(LazySequence):
         if state is not None and state["iterator"] is not None:
             it.load_state_dict(copy.deepcopy(state["iterator"]))
         batches = 0 if saved is None else saved["batches"]
-        stream = _Stream(it, batches, first, saved is not None and saved["exhausted"], state)
+        stream = _Stream(it, batches, first, saved is not None and saved["exhausted"], state, ds)
         if saved is not None and state is None and batches and not stream.ended:
             for _ in range(batches * (1 if self._batch_size is None else self._batch_size)):
                 if next(it, _END) is _END:
                     break
         if not stream.ended:
-            stream.state = self._capture(it)  # a state taken before the first batch is valid too
+            stream.state = self._capture(stream)  # a state taken before the first batch is valid too
         return stream
 
     def stream(self, w: int) -> _Stream:
@@ -150,11 +152,19 @@ class StreamBatches(LazySequence):
                                f"{stream.next_index}; stream batches are read in increasing order")
         stream.next_index = i + self._streams
         seed_globals(self._seed, self._epoch, i, self._derivation)
+        watched = watch_globals(self._epoch)  # a thread worker: does it draw from the shared globals?
+        try:
+            return self._read(stream, w, i, in_slot)
+        finally:
+            if watched is not None:
+                watched[0].check(watched[1], lambda: f"batch {i} of epoch {self._epoch} (stream {w})")
+
+    def _read(self, stream: _Stream, w: int, i: int, in_slot: bool) -> Any:
         times = stage_times.current() if stage_times.ACTIVE is not None else None
         with annotate("DataLoader", i, batch=i, epoch=self._epoch):
             items = self._take(stream.it) if times is None else times.call(FETCH, self._take, stream.it)
             if items is None:
-                stream.ended, stream.state = True, self._end_state()
+                stream.ended, stream.state = True, self._end_state(stream)
                 return StreamItem(w, None, stream.batches, stream.state, True)
             if in_slot and self._batch_size is not None and is_default_collate(self._collate_fn):
                 return SlotCollate(items, i, {"batch": i, "epoch": self._epoch},
@@ -162,10 +172,14 @@ class StreamBatches(LazySequence):
             batch = self._collate(items) if times is None else times.call(COLLATE, self._collate, items)
         return self._yielded(stream, w, batch)
 
+    def describe(self, i: int) -> str:
+        """Batch ``i`` for messages: ``"batch 6 (of stream 0)"``."""
+        return f"batch {i} (of stream {i % self._streams})"
+
     def _yielded(self, stream: _Stream, w: int, batch: Any) -> StreamItem:
         """Stream ``w`` produced ``batch``: count it and take the stream's state after it."""
         stream.batches += 1
-        stream.state = self._capture(stream.it)
+        stream.state = self._capture(stream)
         return StreamItem(w, batch, stream.batches, stream.state, False)
 
     def _take(self, it: Iterator[Any]) -> Any:
@@ -186,14 +200,14 @@ class StreamBatches(LazySequence):
     def _collate(self, data: Any) -> Any:
         return collate_in_plain_memory(self._collate_fn, data)  # plain memory: the prefetcher's slots carry it
 
-    def _end_state(self) -> Any:
+    def _end_state(self, stream: _Stream) -> Any:
         """An ended stream's state: only the dataset's, which is what a next epoch starts from
         (it calls ``iter(dataset)`` again); a resume loads it before that ``iter``."""
-        ds = self._dataset
+        ds = stream.ds
         return {"dataset": copy.deepcopy(ds.state_dict()), "iterator": None} if is_stateful(ds) else None
 
-    def _capture(self, it: Any) -> Any:
-        ds = self._dataset
+    def _capture(self, stream: _Stream) -> Any:
+        ds, it = stream.ds, stream.it
         dataset_state = copy.deepcopy(ds.state_dict()) if it is not ds and is_stateful(ds) else None
         iterator_state = copy.deepcopy(it.state_dict()) if is_stateful(it) else None
         if dataset_state is None and iterator_state is None:

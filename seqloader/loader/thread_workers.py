@@ -12,91 +12,123 @@ seeds a process worker gives its globals. So ``torch.thread_safe_generator()``,
 ``get_worker_info().rng`` and :func:`seqloader.rng_map` draw the same numbers under every
 executor.
 
-Draws from the *global* generators inside a thread worker cannot be reproduced: another thread may
-draw (or the training loop) in between. They are not seeded per batch there, and a
-:class:`GlobalDrawGuard` compares their states around each batch: a batch that changed one logs a
-``RuntimeWarning`` (once per loader) naming the generator and the fix. The training loop's own
-draws (dropout draws from torch's generator) are told apart for torch: a change of torch's
-generator counts only when the loop was waiting inside ``next()`` for the whole batch.
+Draws from the *global* generators inside a thread worker cannot be reproduced: another thread
+(or the training loop) may draw or reseed in between. They are not seeded per batch there, and a
+:class:`GlobalDrawProbe` watches, in the worker thread itself, the first batch each thread worker
+computes in an epoch: a profile hook of that thread only (``sys.setprofile``) sees each call into C
+and recognises a draw from ``random``'s global instance, or a torch random function that moved
+torch's default generator, so what other threads do is not attributed to the worker. numpy's
+functions do not show in a profile (Cython): its global state is compared before and after the
+batch instead, unless seqloader itself set the global states meanwhile (a ``num_workers=0`` loader
+of the same process). The first such batch logs a ``RuntimeWarning`` (once per loader) naming the
+generator and the fix; batches after the first of each epoch cost nothing.
 """
 
 from __future__ import annotations
 
+import copy
+import random
+import sys
 import threading
 import warnings
 from typing import Any, Callable, Optional
 
-from seqloader.loader.global_rngs import Snapshot
+import torch
+
+from seqloader.loader.global_rngs import numpy_state, reseeds
 from seqloader.loader.torch_compat import install_thread_worker_info, install_worker_info, thread_generators
 from seqloader.rng import derive_seed
 from seqloader.sequences import stage_times
 
-__all__ = ["GlobalDrawGuard", "ThreadRNGs", "ThreadWorkerSetup", "current_thread_rngs", "use_thread_rngs"]
+__all__ = ["GlobalDrawProbe", "ThreadRNGs", "ThreadWorkerSetup", "current_thread_rngs", "use_thread_rngs"]
 
 _local = threading.local()  # .rngs: the ThreadRNGs of a thread worker
 
 
-class GlobalDrawGuard:
-    """Reports, once, a batch computed in a thread worker that drew from a global generator.
+#: Names of torch's functions and tensor methods that draw from a generator.
+TORCH_DRAWS = frozenset({
+    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "bernoulli",
+    "multinomial", "poisson", "dropout", "feature_dropout", "alpha_dropout", "native_dropout", "rrelu",
+    "rrelu_with_noise", "uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geometric_", "cauchy_",
+    "log_normal_", "rrelu_"})
 
-    Args:
-        loop_may_draw: the training loop runs in this process, at the same time as the workers
-            (``worker_method="thread"``): a change of torch's generator then counts only while
-            the loop waits inside ``next()`` (:meth:`loop_waits`).
-    """
 
-    def __init__(self, loop_may_draw: bool):
-        self._loop_may_draw = loop_may_draw
+class _Hook:
+    """The profile hook of one watched batch: what it saw drawn from the global generators."""
+
+    __slots__ = ("found", "_random", "_torch", "_before", "_numpy", "_reseeds")
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+        self._random = random._inst  # type: ignore[attr-defined]
+        self._torch = torch.default_generator
+        self._before: Any = None
+        self._numpy, self._reseeds = numpy_state(), reseeds()
+
+    def numpy_changed(self) -> bool:
+        """numpy's global state moved during the batch, and not by seqloader's own seeding."""
+        return numpy_state() != self._numpy and reseeds() == self._reseeds
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call":
+            if getattr(arg, "__self__", None) is self._random:
+                self.found.append("random")
+            elif getattr(arg, "__name__", None) in TORCH_DRAWS:
+                self._before = self._torch.get_state()
+        elif event in ("c_return", "c_exception") and self._before is not None:
+            if not torch.equal(self._before, self._torch.get_state()):
+                self.found.append("torch")
+            self._before = None
+
+
+class GlobalDrawProbe:
+    """Reports, once per loader, a batch computed in a thread worker that drew from a global
+    generator (see the module docstring). Shared by the loader's thread workers."""
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._warned = False
-        self._waiting = False  # the loop is inside next()
-        self._waits = 0        # how many times it entered next()
 
-    def loop_waits(self, waiting: bool) -> None:
-        """The training loop entered (``True``) or left (``False``) the loader's ``next()``."""
-        with self._lock:
-            self._waiting = waiting
-            self._waits += waiting
-
-    def watch(self) -> tuple:
-        """What :meth:`check` compares with: the global states, and where the loop was."""
-        with self._lock:
-            where = (self._waiting, self._waits)
-        return Snapshot(), where
+    def watch(self, rngs: "ThreadRNGs", epoch: int) -> Optional[tuple]:
+        """Start watching this thread's batch if it is its first of ``epoch``; pass the result to
+        :meth:`check` (``None``: nothing watched)."""
+        if self._warned or rngs.probed_epoch == epoch:
+            return None
+        rngs.probed_epoch = epoch
+        hook, previous = _Hook(), sys.getprofile()
+        sys.setprofile(hook)
+        return hook, previous
 
     def check(self, watched: tuple, what: Callable[[], str]) -> None:
-        """Warn (once) if a global generator changed since ``watched`` (``what()`` names the batch)."""
-        if self._warned:
-            return
-        snapshot, (waiting, waits) = watched
-        changed = snapshot.changed()
-        if "torch" in changed and self._loop_may_draw:
-            with self._lock:
-                loop_idle = waiting and self._waiting and waits == self._waits
-            if not loop_idle:
-                changed.remove("torch")
-        if not changed:
+        """Stop watching; warn (once) if the batch drew from a global generator."""
+        hook, previous = watched
+        sys.setprofile(previous)
+        if hook.numpy_changed():
+            hook.found.append("numpy.random")
+        if not hook.found:
             return
         with self._lock:
             if self._warned:
                 return
             self._warned = True
+        names = " and ".join(dict.fromkeys(hook.found))
         warnings.warn(
-            f"seqloader.DataLoader: {what()} drew from the global {' and '.join(changed)} generator(s) in a thread "
-            "worker; threads share those generators (with each other and the training loop), so these draws "
-            "are not reproducible and a resume will not repeat them. Draw from seqloader.rng_map(...), "
-            "torch.thread_safe_generator() or torch.utils.data.get_worker_info().rng (seeded per batch, the "
-            "same under every worker_method), or use worker_method='multiprocessing' with threads_per_worker=1",
+            f"seqloader.DataLoader: {what()} drew from the global {names} generator(s) in a thread worker; "
+            "threads share those generators (with each other and the training loop), so these draws are not "
+            "reproducible and a resume will not repeat them. Draw from seqloader.rng_map(...), "
+            "torch.thread_safe_generator() or torch.utils.data.get_worker_info().rng (seeded per batch, the same "
+            "under every worker_method), or use worker_method='multiprocessing' with threads_per_worker=1",
             RuntimeWarning, stacklevel=2)
 
 
 class ThreadRNGs:
-    """A thread worker's generators (torch's ``_RNG``: ``rng``) and its loader's guard."""
+    """A thread worker's generators (torch's ``_RNG``: ``rng``), its loader's probe, and the last
+    epoch whose first batch the probe watched in this thread."""
 
-    __slots__ = ("rng", "guard")
+    __slots__ = ("rng", "probe", "probed_epoch")
 
-    def __init__(self, rng: Any, guard: Optional[GlobalDrawGuard]):
-        self.rng, self.guard = rng, guard
+    def __init__(self, rng: Any, probe: Optional[GlobalDrawProbe]):
+        self.rng, self.probe, self.probed_epoch = rng, probe, -1
 
 
 def use_thread_rngs(rngs: Optional[ThreadRNGs]) -> None:
@@ -115,7 +147,10 @@ class ThreadWorkerSetup:
 
     Worker ``w``'s ``WorkerInfo`` is torch's for worker ``w`` (``seed = base_seed + w``) with
     ``worker_method="thread"`` and the thread's own generators; a thread inside a worker process
-    seeds its generators from ``(base_seed + w, thread)``. With ``stages`` the thread's stages are
+    seeds its generators from ``(base_seed + w, thread)``. Its ``dataset`` is the loader's (one
+    object for every thread: what threads save), or with ``copy_dataset`` (an
+    ``IterableDataset``, whose streams keep state in it) a copy of the thread's own, as a worker
+    process has. With ``stages`` the thread's stages are
     timed; ``user_fn(worker_id)`` (the loader's ``worker_init_fn``) runs last in a thread worker
     (inside a worker process it ran once, in the process's own set-up).
 
@@ -131,16 +166,25 @@ class ThreadWorkerSetup:
     """
 
     def __init__(self, num_workers: int, base_seed: int, dataset: Any, user_fn: Optional[Callable[[int], None]],
-                 stages: bool = False, guard: Optional[GlobalDrawGuard] = None):
+                 stages: bool = False, probe: Optional[GlobalDrawProbe] = None, copy_dataset: bool = False):
         self.num_workers, self.base_seed, self.dataset = num_workers, base_seed, dataset
-        self.user_fn, self.stages, self.guard = user_fn, stages, guard
+        self.user_fn, self.stages, self.probe, self.copy_dataset = user_fn, stages, probe, copy_dataset
 
     def __call__(self, worker_id: int, thread: Optional[int] = None) -> None:
         seed = self.base_seed + worker_id
         own = seed if thread is None else derive_seed(seed, "thread_worker", thread) >> 2
         rng = thread_generators(own)
-        install_thread_worker_info(worker_id, self.num_workers, seed, self.dataset, rng)
-        use_thread_rngs(ThreadRNGs(rng, self.guard))
+        dataset = self.dataset
+        if self.copy_dataset:
+            try:
+                dataset = copy.deepcopy(dataset)
+            except Exception as exc:
+                raise TypeError(f"DataLoader(worker_method='thread'): each thread worker reads its own copy of an "
+                                f"IterableDataset (as a worker process does), and copy.deepcopy of "
+                                f"{type(dataset).__name__} failed ({type(exc).__name__}: {exc}); make it copyable "
+                                "(__deepcopy__) or use worker_method='multiprocessing'") from exc
+        install_thread_worker_info(worker_id, self.num_workers, seed, dataset, rng)
+        use_thread_rngs(ThreadRNGs(rng, self.probe))
         if self.stages:
             stage_times.enable()
         if thread is None and self.user_fn is not None:

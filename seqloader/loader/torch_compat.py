@@ -58,7 +58,7 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
 __all__ = ["collate_in_plain_memory", "collate_into_slot", "fetch", "install_thread_worker_info", "install_worker_info",
            "is_default_collate", "numpy_worker_seed", "open_files_error", "pin", "pin_device", "poison_error",
-           "thread_generators", "worker_error", "worker_info_hidden"]
+           "thread_generators", "worker_dataset", "worker_error", "worker_info_hidden"]
 
 #: torch's default collate functions: the ones that stack into shared memory inside a worker.
 TORCH_COLLATES = (default_collate, default_convert)
@@ -140,6 +140,13 @@ def clear_worker_info() -> None:
     _worker._worker_info = None
     if _LOCAL is not None:
         _LOCAL.worker_info = None
+
+
+def worker_dataset(default: Any) -> Any:
+    """The dataset object of the worker this runs in (``WorkerInfo.dataset``: a process's copy, a
+    thread worker's own copy of an ``IterableDataset``), or ``default`` outside workers."""
+    info = get_worker_info()
+    return default if info is None else info.dataset
 
 
 def thread_generators(seed: int) -> Any:
@@ -398,7 +405,7 @@ def worker_error(*, timed_out: bool, timeout: float, batch: int, worker_id: Opti
         'DataLoader worker (pid 42) is killed by signal: Killed'
     """
     if timed_out:
-        who = f" from worker {worker_id} (pid {pid})" if pid is not None else ""
+        who = "" if worker_id is None else f" from worker {worker_id}" + (f" (pid {pid})" if pid is not None else "")
         return RuntimeError(f"DataLoader timed out after {timeout} seconds; seqloader: waiting for "
                             f"batch {batch}{who}")
     return RuntimeError(f"{_death_head(pid, exitcode)}seqloader: worker {worker_id} (pid {pid}) died {doing} "

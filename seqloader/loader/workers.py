@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from seqloader.errors import check_int
-from seqloader.loader.thread_workers import GlobalDrawGuard, ThreadWorkerSetup
+from seqloader.loader.thread_workers import GlobalDrawProbe, ThreadWorkerSetup
 from seqloader.loader.torch_compat import install_worker_info, numpy_worker_seed
 from seqloader.prefetcher.api import prefetch
 from seqloader.prefetcher.prefetch import Prefetch
@@ -157,7 +157,7 @@ class Workers:
 
     def __init__(self) -> None:
         self.prefetch: Optional[Prefetch] = None   # the persistent one, if any
-        self.guard = GlobalDrawGuard(loop_may_draw=True)  # the thread workers' (worker_method="thread")
+        self.probe = GlobalDrawProbe()  # the thread workers' (worker_method="thread")
         self._respawn: Optional[Callable[[int], Any]] = None  # its current epoch's respawn
 
     def open(self, loader: Any, seq: Any, epoch: int, affinity: bool = True,
@@ -174,13 +174,14 @@ class Workers:
         n, base = loader.num_workers, worker_base_seed(loader.seed, epoch)
         stages = bool(getattr(loader, "profile_stages", False))
         if loader.worker_method == "thread":
-            setup = ThreadWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, self.guard)
+            setup = ThreadWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, self.probe,
+                                      copy_dataset=isinstance(loader.dataset, torch.utils.data.IterableDataset))
             pf = prefetch(seq, n, method="thread", prefetch_factor=loader.prefetch_factor, worker_init_fn=setup,
                           timeout=loader.timeout, affinity=affinity, describe=describe)
         else:
             threads = loader.threads_per_worker
             thread_setup = None if threads == 1 else ThreadWorkerSetup(n, base, loader.dataset, None, stages,
-                                                                       GlobalDrawGuard(loop_may_draw=False))
+                                                                       GlobalDrawProbe())
             restarts = loader.max_worker_restarts
             if restarts and loader.persistent_workers:
                 respawn = self._respawn_current  # follows reset(): each epoch brings its own
