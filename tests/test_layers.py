@@ -30,7 +30,6 @@ LAYERS = [
     ("seqloader.threads", 1),
     ("seqloader.block_permutation", 1),
     ("seqloader.block_quality", 1),
-    ("seqloader.sequences.threaded", 1),
     ("seqloader.sequences.blocks", 1),
     ("seqloader.prefetcher", 2),
     ("seqloader.loader", 3),

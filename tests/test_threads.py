@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seqloader.threads import Channel, ThreadPool
+from seqloader.threads import ThreadPool
 
 #: Seconds: the bound of every wait in these tests (never reached unless something is broken).
 BOUND = 60.0
@@ -219,60 +219,6 @@ def test_threads_start_on_first_use_and_concurrent_first_calls_share_them():
     pool.close()
 
 
-# -- channels -----------------------------------------------------------------------------------
-
-def test_retarget_drops_queued_jobs_without_calling_them_and_discards_running_results():
-    calls, gate, started = [], threading.Event(), threading.Event()
-
-    def job(tag, wait=False):
-        def run():
-            calls.append(tag)
-            if wait:
-                started.set()
-                assert gate.wait(BOUND)
-            return tag
-        return run
-
-    with ThreadPool(1) as pool:
-        ch = Channel(pool)
-        ch.submit(0, job("old 0", wait=True))
-        ch.submit(1, job("old 1"))
-        ch.submit(2, job("old 2"))
-        assert started.wait(BOUND)
-        gen = ch.retarget()
-        assert gen == ch.generation
-        ch.submit(0, job("new 0"))
-        gate.set()
-        assert ch.collect(0, timeout=None).value == "new 0"
-        with pytest.raises(KeyError, match="key 1 is not pending"):
-            ch.collect(1, timeout=None)
-    assert calls == ["old 0", "new 0"]
-
-
-def test_collect_times_out_with_none_and_the_job_stays_collectable():
-    gate = threading.Event()
-    with ThreadPool(1) as pool:
-        ch = Channel(pool)
-        ch.submit(4, lambda: gate.wait(BOUND) and "four")
-        assert ch.collect(4, timeout=0.01) is None
-        gate.set()
-        out = ch.collect(4, timeout=None)
-        assert (out.value, out.error) == ("four", None)
-
-
-def test_a_job_error_is_its_outcome_and_names_the_thread():
-    name = unique_name()
-    with ThreadPool(1, name=name) as pool:
-        ch = Channel(pool)
-        ch.submit(0, lambda: {}["missing"])
-        out = ch.collect(0, timeout=None)
-        assert isinstance(out.error, KeyError) and out.value is None and out.thread == f"{name}-0"
-        ch.submit(0, lambda: "again")  # a collected key may be submitted again
-        with pytest.raises(ValueError, match="key 0 is already pending in generation 1"):
-            ch.submit(0, lambda: "twice")
-        assert ch.collect(0, timeout=None).value == "again"
-
-
 # -- shutdown -----------------------------------------------------------------------------------
 
 def test_close_is_idempotent_and_leaves_no_thread_running():
@@ -295,8 +241,6 @@ def test_close_is_idempotent_and_leaves_no_thread_running():
     assert wait_until(lambda: not threads_named(name)), threads_named(name)
     with pytest.raises(ValueError, match=r"^ThreadPool\(num_threads=4, name='.*'\): map after close\(\); create a new"):
         pool.map(abs, [1])
-    with pytest.raises(ValueError, match="submit after close"):
-        Channel(pool).submit(0, lambda: 0)
 
 
 def test_close_wakes_a_waiting_map_with_value_error():
@@ -347,8 +291,6 @@ def test_argument_errors_name_the_argument(args, kwargs, exc, msg):
         ThreadPool(*args, **kwargs)
     with pytest.raises(TypeError, match=re.escape("ThreadPool.map: fn must be callable (got int 3)")):
         ThreadPool(1).map(3, [])
-    with pytest.raises(TypeError, match=re.escape("Channel: pool must be a ThreadPool (got int)")):
-        Channel(3)
 
 
 # -- fork ---------------------------------------------------------------------------------------

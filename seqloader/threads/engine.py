@@ -1,4 +1,4 @@
-"""The machinery under :class:`~seqloader.threads.ThreadPool` and :class:`~seqloader.threads.Channel`:
+"""The machinery under :class:`~seqloader.threads.ThreadPool`:
 one process's lock, job queue and threads (:class:`Runtime`), the jobs, and what a thread does.
 
 NOTE [thread shutdown]
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
-__all__ = ["CHECK_INTERVAL", "CLOSE_TIMEOUT", "Job", "Outcome", "Runtime", "Sink", "TaskTimeout", "serve"]
+__all__ = ["CHECK_INTERVAL", "CLOSE_TIMEOUT", "Job", "Outcome", "Runtime", "Sink", "serve"]
 
 R = TypeVar("R")
 
@@ -47,21 +47,8 @@ class Outcome(Generic[R]):
     thread: str
 
 
-class TaskTimeout(RuntimeError):
-    """Waiting for one item took longer than ``timeout`` seconds; the reader stays usable.
-
-    Attributes:
-        seconds: the timeout; item: the item waited for; thread: the name of the thread computing
-        it, or ``None`` if it was still queued.
-    """
-
-    def __init__(self, message: str, *, seconds: float, item: int, thread: str | None):
-        super().__init__(message)
-        self.seconds, self.item, self.thread = seconds, item, thread
-
-
 class Sink:
-    """Where jobs' outcomes go (a map call or a :class:`Channel`); every method runs under the lock."""
+    """Where jobs' outcomes go (a map call); every method runs under the lock."""
 
     def wants(self, job: Job) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
