@@ -38,7 +38,11 @@ class EpochStats:
         batches: batches returned by ``next()`` (including ones that raised).
         wait_s: seconds spent inside ``next()``: the loop waiting for data.
         work_s: seconds between a ``next()`` returning and the following call: the loop's work.
-        workers: per worker ``{"busy_s", "items", "restarts"}`` (empty at ``num_workers=0``).
+        workers: per worker ``{"busy_s", "cpu_s", "items", "restarts"}`` (empty at
+            ``num_workers=0``): wall seconds computing items, and the CPU seconds of the threads
+            that computed them.
+        executor: what computed the batches: ``"process"``, ``"thread"`` (``"main"`` at
+            ``num_workers=0``).
         ready_mean: the mean number of batches already computed when one was read (read-ahead used).
         shm_bytes: bytes of results that came back through shared memory.
         worker_restarts: dead workers replaced during the epoch (``max_worker_restarts``).
@@ -53,6 +57,7 @@ class EpochStats:
     wait_s: float = 0.0
     work_s: float = 0.0
     workers: list = dataclasses.field(default_factory=list)
+    executor: str = "main"
     ready_mean: float = 0.0
     shm_bytes: int = 0
     worker_restarts: int = 0
@@ -78,10 +83,13 @@ class EpochStats:
           many workers the waiting suggests; with workers, more of them only if every worker is
           saturated (busy >= 90% of the wall time) and cores are free.
         * Worker start-up in ``iter()`` >= 20% of the epoch (not with ``persistent``).
+        * Which executor fits, from the workers' CPU time against their busy time (see
+          :meth:`_executor_hint`).
         * With a per-stage account, the slowest stage.
         """
         parts = (self._load_hint(num_workers, cores), self._startup_hint(num_workers, persistent),
-                 self.account.hint(self.workers, self.wait_s + self.work_s, self.batches))
+                 self._executor_hint(num_workers), self.account.hint(self.workers, self.wait_s + self.work_s,
+                                                                       self.batches))
         return "; ".join(p for p in parts if p) or None
 
     def _load_hint(self, num_workers: int, cores: Optional[int]) -> Optional[str]:
@@ -108,6 +116,30 @@ class EpochStats:
         want = want if cores is None else min(want, cores)
         return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data and all "
                 f"{num_workers} workers busy; try num_workers={want}")
+
+    def _executor_hint(self, num_workers: int) -> Optional[str]:
+        """Threads or processes (10 batches or more, the loop waiting >= 20% of the time).
+
+        Worker processes whose threads are on the CPU less than half of their busy time wait (on
+        I/O, on a remote read): thread workers, or threads inside the processes, overlap those
+        waits for less memory. Thread workers that together use about one core (>= 0.7 of the
+        wall time) while more than one of them is busy take turns on the GIL: Python-heavy items
+        scale with worker processes.
+        """
+        wall = self.wait_s + self.work_s
+        if self.batches < 10 or wall <= 0 or self.input_bound < 0.2 or num_workers == 0 or not self.workers:
+            return None
+        busy = sum(w["busy_s"] for w in self.workers)
+        cpu = sum(w.get("cpu_s", 0.0) for w in self.workers)
+        if busy <= 0:
+            return None
+        if self.executor == "process" and cpu < 0.5 * busy:
+            return (f"workers: on the CPU {cpu / busy:.0%} of their busy time (they wait on I/O): "
+                    "worker_method='thread', or threads_per_worker=4, overlaps the waits for less memory")
+        if self.executor == "thread" and num_workers > 1 and cpu >= 0.7 * wall and busy >= 1.5 * wall:
+            return (f"workers: {num_workers} threads busy but {cpu / wall:.1f} core(s) of CPU between them "
+                    "(they take turns on the GIL: Python-heavy items): worker_method='multiprocessing'")
+        return None
 
     def _startup_hint(self, num_workers: int, persistent: bool) -> Optional[str]:
         wall = self.startup_s + self.wait_s + self.work_s
@@ -207,8 +239,9 @@ class LoaderStats:
         now, base = source.counters(), self._base
         assert base is not None  # set with _source by attach()
         cur = self.current
-        cur.workers = [{k: w[k] - b[k] for k in ("busy_s", "items", "restarts")}
+        cur.workers = [{k: w[k] - b[k] for k in ("busy_s", "cpu_s", "items", "restarts")}
                        for w, b in zip(now["workers"], base["workers"])]
+        cur.executor = now.get("executor", "process")
         reads = now["reads"] - base["reads"]
         cur.ready_mean = (now["ready_sum"] - base["ready_sum"]) / reads if reads else 0.0
         cur.shm_bytes = now["shm_bytes"] - base["shm_bytes"]

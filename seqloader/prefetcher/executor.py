@@ -54,8 +54,9 @@ class Started:
 class Done:
     """The job ``(gen, index)`` of ``worker`` ended: ``reply`` is the executor's handle on its
     outcome (read it with :meth:`Executor.outcome` or give it back with :meth:`Executor.drop`),
-    ``None`` when the worker skipped a stale job. ``seconds`` it took, and ``stages``:
-    ``((name, seconds), ...)`` when the worker times its stages."""
+    ``None`` when the worker skipped a stale job. ``seconds`` it took (wall time), ``stages``:
+    ``((name, seconds), ...)`` when the worker times its stages, and ``cpu``: the CPU seconds of
+    the thread that computed it (less than ``seconds`` when it waited: on I/O, or for the GIL)."""
 
     worker: int
     gen: int
@@ -63,6 +64,7 @@ class Done:
     reply: Any
     seconds: float = 0.0
     stages: tuple = ()
+    cpu: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ class Inbox:
         if ev.reply is None:  # skipped: a newer generation was queued
             return
         m.busy_s += ev.seconds
+        m.cpu_s += ev.cpu
         m.items += 1
         for name, seconds in ev.stages:
             self.stages[name] = self.stages.get(name, 0.0) + seconds

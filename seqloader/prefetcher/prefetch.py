@@ -140,13 +140,15 @@ class Prefetch(LazySequence):
         """Where the workers' time went, since they started (readable after :meth:`close` too).
 
         Returns:
-            ``{"workers": [{"busy_s": float, "items": int, "restarts": int}, ...], "reads": int,
-            "ready_sum": int, "shm_bytes": int, "restarts": int, "stages": {name: float}}``: per
-            worker the seconds spent computing items, how many, and how many times it died and was
+            ``{"workers": [{"busy_s": float, "cpu_s": float, "items": int, "restarts": int}, ...],
+            "reads": int, "ready_sum": int, "shm_bytes": int, "restarts": int, "stages": {name: float},
+            "executor": str}``: per worker the seconds spent computing items (wall time, and CPU
+            time of the threads that computed them), how many, and how many times it died and was
             replaced (``restarts=``); items read in order and the sum, over those reads, of the
             items already computed at that moment (read-ahead used); bytes that came through shared
             memory; replacements; and the seconds per stage, summed over the workers, when they
-            time their stages (:mod:`seqloader.sequences.stage_times`; else empty).
+            time their stages (:mod:`seqloader.sequences.stage_times`; else empty); the executor's
+            kind (``"process"``, ``"thread"``).
 
         Example:
             >>> from seqloader import prefetch

@@ -22,7 +22,7 @@ __all__ = ["Member", "Roster"]
 class Member:
     """One worker's entry; see the module docstring."""
 
-    __slots__ = ("worker_id", "pending", "set_up", "started_at", "busy_s", "items", "restarts",
+    __slots__ = ("worker_id", "pending", "set_up", "started_at", "busy_s", "cpu_s", "items", "restarts",
                  "replaces_starting")
 
     def __init__(self, worker_id: int):
@@ -30,7 +30,7 @@ class Member:
         self.pending: dict[tuple[int, int], None] = {}  # (gen, index), in the order sent
         self.set_up = False
         self.started_at = time.monotonic()
-        self.busy_s, self.items = 0.0, 0
+        self.busy_s, self.cpu_s, self.items = 0.0, 0.0, 0
         self.restarts = 0  # workers with this id that died and were replaced before this one
         self.replaces_starting = False  # it replaces a worker that died before its set-up finished
 
@@ -45,7 +45,7 @@ class Member:
     def replaced(self) -> "Member":
         """The entry of its replacement: counters carried over, nothing pending, not set up."""
         new = Member(self.worker_id)
-        new.busy_s, new.items, new.restarts = self.busy_s, self.items, self.restarts + 1
+        new.busy_s, new.cpu_s, new.items, new.restarts = self.busy_s, self.cpu_s, self.items, self.restarts + 1
         new.replaces_starting = not self.set_up
         return new
 
@@ -103,5 +103,6 @@ class Roster:
         return new
 
     def counters(self) -> list[dict]:
-        """Per worker: ``{"busy_s", "items", "restarts"}``."""
-        return [{"busy_s": m.busy_s, "items": m.items, "restarts": m.restarts} for m in self.members]
+        """Per worker: ``{"busy_s", "cpu_s", "items", "restarts"}``."""
+        return [{"busy_s": m.busy_s, "cpu_s": m.cpu_s, "items": m.items, "restarts": m.restarts}
+                for m in self.members]

@@ -163,14 +163,14 @@ class ThreadExecutor:
                 return
             gen, index, seq = job
             times = stage_times.current()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             try:
                 outcome: tuple[bool, Any] = (True, seq[index])
             except BaseException as exc:  # the job's outcome; never kills the thread
                 outcome = (False, exc)
-            seconds = time.perf_counter() - start
+            seconds, cpu = time.perf_counter() - start, time.thread_time() - cpu
             stages = () if times is None else tuple(times.take().items())
-            self._post(Done(w, gen, index, outcome, seconds, stages))
+            self._post(Done(w, gen, index, outcome, seconds, stages, cpu))
             del outcome
 
     def _next_job(self, w: int) -> Optional[tuple]:

@@ -402,3 +402,31 @@ def test_many_threads_with_a_tiny_switch_interval_give_the_batches_bit_for_bit()
             assert as_keys(got) == as_keys(want_ts)
     finally:
         sys.setswitchinterval(old)
+
+
+# -- which executor fits -------------------------------------------------------------------------------------
+
+
+def epoch_stats(executor, busy, cpu, wait_s=8.0, work_s=2.0, n=2):
+    from seqloader.loader.stats import EpochStats
+
+    workers = [{"busy_s": busy / n, "cpu_s": cpu / n, "items": 10, "restarts": 0} for _ in range(n)]
+    return EpochStats(epoch=0, batches=20, wait_s=wait_s, work_s=work_s, workers=workers, executor=executor)
+
+
+def test_the_hint_says_which_executor_fits():
+    waiting = epoch_stats("process", busy=18.0, cpu=2.0).hint(2, 8)
+    assert "on the CPU 11% of their busy time (they wait on I/O): worker_method='thread'" in waiting
+    turns = epoch_stats("thread", busy=19.0, cpu=9.5, n=4).hint(4, 8)
+    assert "4 threads busy but 0.9 core(s) of CPU between them" in turns and "'multiprocessing'" in turns
+    for quiet in (epoch_stats("thread", busy=19.0, cpu=1.0, n=4),  # threads waiting on I/O: threads fit
+                  epoch_stats("process", busy=18.0, cpu=17.0),  # processes computing: processes fit
+                  epoch_stats("process", busy=18.0, cpu=2.0, wait_s=0.5, work_s=9.5)):  # not input-bound
+        assert "workers:" not in (quiet.hint(4, 8) or "")
+
+
+def test_stats_report_the_executor_and_the_cpu_time_of_each_worker():
+    loader = seqloader.DataLoader(list(range(40)), batch_size=4, num_workers=2, worker_method="thread")
+    _ = list(loader)
+    cur = loader.stats()["current"]
+    assert cur["executor"] == "thread" and all(w["cpu_s"] >= 0 for w in cur["workers"])

@@ -120,7 +120,8 @@ class Result:
     """Item ``index`` of generation ``gen`` was computed in ``seconds``; its value is in ``payload``.
 
     ``stages`` is ``((name, seconds), ...)``: where those seconds went, when the worker times its
-    stages (:mod:`seqloader.sequences.stage_times`); empty otherwise.
+    stages (:mod:`seqloader.sequences.stage_times`); empty otherwise. ``cpu``: the CPU seconds
+    of the thread that computed it (``time.thread_time``), against ``seconds`` of wall time.
     """
 
     gen: int
@@ -128,6 +129,7 @@ class Result:
     payload: Payload
     seconds: float = 0.0
     stages: tuple = ()
+    cpu: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,7 @@ class Failure:
     payload: Payload
     seconds: float = 0.0
     stages: tuple = ()
+    cpu: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -182,7 +182,7 @@ def _stages(times) -> tuple:
 
 
 def _compute(seq, job: Job, slots: WorkerSlots):
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     times = stage_times.current()
     try:
         encoded = _evaluate(seq, job, slots, times)
@@ -190,7 +190,8 @@ def _compute(seq, job: Job, slots: WorkerSlots):
         payload = encoded.write(slots, job.slot_id)
         if times is not None and token is not None:
             times.end(TRANSFER, token)
-        return Result(job.gen, job.index, payload, time.perf_counter() - start, _stages(times))
+        return Result(job.gen, job.index, payload, time.perf_counter() - start, _stages(times),
+                      time.thread_time() - cpu)
     except _Unsendable as wrapped:
         cause = wrapped.__cause__
         exc: Exception = TypeError(f"prefetch: item {job.index} cannot be sent to the parent process "
@@ -202,7 +203,7 @@ def _compute(seq, job: Job, slots: WorkerSlots):
     _clear_frames(exc)
     del exc
     return Failure(job.gen, job.index, write_payload(report, slots, job.slot_id), time.perf_counter() - start,
-                   _stages(times))
+                   _stages(times), time.thread_time() - cpu)
 
 
 class _Stopped(Exception):
