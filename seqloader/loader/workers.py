@@ -9,7 +9,8 @@ turn the per-stage timing on with ``profile_stages`` (:mod:`seqloader.sequences.
 call the user's ``worker_init_fn``.
 :class:`Workers` owns the loader's live :class:`~seqloader.prefetcher.prefetch.Prefetch`: opened per
 epoch, or kept and re-targeted with ``persistent_workers``; with ``max_worker_restarts`` it heals
-(``prefetch(restarts=, respawn=)``: a dead worker is replaced, with the same ``TorchWorkerSetup``).
+(``prefetch(restarts=, respawn=)``: a dead worker is replaced, with the same ``TorchWorkerSetup``);
+messages about a dead worker name the batch and its dataset indices (``prefetch(describe=)``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from seqloader.errors import check_int
+from seqloader.loader.iterator import describe_batch
 from seqloader.loader.torch_compat import install_worker_info, numpy_worker_seed
 from seqloader.prefetcher.api import prefetch
 from seqloader.prefetcher.prefetch import Prefetch
@@ -130,7 +132,7 @@ class Workers:
         pf = prefetch(seq, loader.num_workers, prefetch_factor=loader.prefetch_factor,
                       multiprocessing_context=loader.multiprocessing_context, worker_init_fn=setup,
                       timeout=loader.timeout, shared=loader.dataset, affinity=affinity, restarts=restarts,
-                      respawn=respawn if restarts else None)
+                      respawn=respawn if restarts else None, describe=describe_batch)
         if loader.persistent_workers:
             self.prefetch = pf
         return pf

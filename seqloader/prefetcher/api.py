@@ -26,20 +26,23 @@ METHODS = ("process", "thread")
 def prefetch(seq: Sequence, num_workers: int, *, method: Literal["process"] = ..., prefetch_factor: int = ...,
              multiprocessing_context: Any = ..., worker_init_fn: Callable[[int], None] | None = ...,
              timeout: float = ..., shared: Any = ..., affinity: bool = ..., restarts: int = ...,
-             respawn: Callable[[int], Any] | None = ...) -> Prefetch: ...
+             respawn: Callable[[int], Any] | None = ...,
+             describe: Callable[[Any, int], str] | None = ...) -> Prefetch: ...
 
 
 @overload
 def prefetch(seq: Sequence, num_workers: int, *, method: Literal["thread"], prefetch_factor: int = ...,
              multiprocessing_context: Any = ..., worker_init_fn: Callable[[int], None] | None = ...,
              timeout: float = ..., shared: Any = ..., affinity: bool = ..., restarts: int = ...,
-             respawn: Callable[[int], Any] | None = ...) -> ThreadPrefetch: ...
+             respawn: Callable[[int], Any] | None = ...,
+             describe: Callable[[Any, int], str] | None = ...) -> ThreadPrefetch: ...
 
 
 def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefetch_factor: int = 2,
              multiprocessing_context: Any = None, worker_init_fn: Callable[[int], None] | None = None,
              timeout: float = 0, shared: Any = None, affinity: bool = True, restarts: int = 0,
-             respawn: Callable[[int], Any] | None = None) -> Prefetch | ThreadPrefetch:
+             respawn: Callable[[int], Any] | None = None,
+             describe: Callable[[Any, int], str] | None = None) -> Prefetch | ThreadPrefetch:
     """Compute the items of ``seq`` ahead of the reader, in ``num_workers`` worker processes
     (or, with ``method="thread"``, threads of this process).
 
@@ -60,7 +63,7 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
     :class:`seqloader.threads.ThreadPool`): the same ordering, seeking, error and timeout rules,
     for items that wait on I/O or on code that releases the GIL. Nothing is pickled or copied,
     torch is not imported, and the process-only arguments (``multiprocessing_context``,
-    ``worker_init_fn``, ``shared``, ``affinity``, ``restarts``, ``respawn``) are refused.
+    ``worker_init_fn``, ``shared``, ``affinity``, ``restarts``, ``respawn``, ``describe``) are refused.
 
     With ``restarts=N`` a worker that dies (killed by a signal, a segfault, ``os._exit``) is
     replaced by a fresh one with the same ``worker_id`` and ``worker_init_fn``, which recomputes
@@ -95,6 +98,11 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
             ``worker_id`` is replaced: the sequence its replacement reads (``None``: the current
             one). For workers that keep per-process state (a stream), so that the replacement
             resumes right after the last item returned. Needs ``restarts > 0``.
+        describe: ``describe(seq, i) -> str``, the words for item ``i`` of ``seq`` (the sequence
+            being read: the first, or the latest :meth:`Prefetch.reset`'s) in the messages about a
+            dead worker (the healing WARNING, ``WorkerDied``); ``None``: ``"item {i}"``. A layer
+            above names its items this way (the loader: a batch and its dataset indices) without
+            the prefetcher knowing what they are.
 
     Returns:
         A :class:`Prefetch` of ``len(seq)`` items (a ``ThreadPrefetch`` for ``method="thread"``).
@@ -123,7 +131,8 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
         raise ValueError(f"prefetch: method must be 'process' or 'thread' (got {method!r})")
     check_seq("prefetch", seq)
     if method == "thread":
-        _check_thread_arguments(multiprocessing_context, worker_init_fn, shared, affinity, restarts, respawn)
+        _check_thread_arguments(multiprocessing_context, worker_init_fn, shared, affinity, restarts, respawn,
+                                describe)
         return ThreadPrefetch(seq, check_workers(num_workers), prefetch_factor, timeout)
     from seqloader.prefetcher.prefetch import Prefetch  # lazily: it imports torch
 
@@ -135,12 +144,14 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
     if not isinstance(affinity, bool):
         raise TypeError(f"prefetch: affinity must be a bool (got {type(affinity).__name__})")
     restarts = check_restarts(restarts, respawn)
+    if describe is not None and not callable(describe):
+        raise TypeError(f"prefetch: describe must be callable or None (got {type(describe).__name__})")
     return Prefetch(seq, workers, prefetch_factor, ctx, worker_init_fn, check_timeout(timeout), shared, affinity,
-                    restarts, respawn)
+                    restarts, respawn, describe)
 
 
 def _check_thread_arguments(multiprocessing_context: Any, worker_init_fn: Any, shared: Any, affinity: Any,
-                            restarts: Any, respawn: Any) -> None:
+                            restarts: Any, respawn: Any, describe: Any = None) -> None:
     """Refuse the process-only arguments of :func:`prefetch` under ``method="thread"``."""
     why = {
         "multiprocessing_context": "threads start no process",
@@ -150,10 +161,11 @@ def _check_thread_arguments(multiprocessing_context: Any, worker_init_fn: Any, s
         "affinity": "any free thread computes the next queued item",
         "restarts": "threads do not die as processes do",
         "respawn": "threads do not die as processes do",
+        "describe": "it names items in the messages about dead workers, and threads do not die as processes do",
     }
     given = {"multiprocessing_context": multiprocessing_context, "worker_init_fn": worker_init_fn,
              "shared": shared, "affinity": None if affinity is True else affinity,
-             "restarts": None if restarts == 0 else restarts, "respawn": respawn}
+             "restarts": None if restarts == 0 else restarts, "respawn": respawn, "describe": describe}
     for name, value in given.items():
         if value is not None:
             raise ValueError(f"prefetch: {name} applies to method='process' only (got {value!r} with "

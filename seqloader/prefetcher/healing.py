@@ -29,7 +29,8 @@ failing. The rules (also the healing NOTE in :mod:`seqloader.prefetcher.crew`):
   ``respawn`` raises ``WorkerDied`` naming the dead worker, with that error as ``__cause__``.
   Every error closes the ``Prefetch`` first.
 * **Never silent.** Each replacement logs a WARNING on the ``seqloader`` logger naming the
-  worker, its pid, how it died, the item, and the items recomputed, and is counted in
+  worker, its pid, how it died, the item (in the owner's words: ``prefetch(describe=)``; the
+  loader names a batch and its dataset indices), and the items recomputed, and is counted in
   :meth:`~seqloader.prefetcher.prefetch.Prefetch.counters` (``"restarts"``, per worker and in
   all).
 """
@@ -80,8 +81,9 @@ class Healer:
             inbox.fail_dead(h, reading, "; not replaced again: it replaced a worker that also died "
                                         "before its set-up finished")
         if item is not None and item in self._killed:
-            inbox.fail_dead(h, reading, f"; item {item} killed two workers (first: {self._killed[item]}), "
-                                        "so it is a poison item and is not computed again", poison=True)
+            inbox.fail_dead(h, reading, f"; {inbox.item_name(item)} killed two workers (first: "
+                                        f"{self._killed[item]}), so it is a poison item and is not computed again",
+                            poison=True)
         if self.used >= self.restarts:
             inbox.fail_dead(h, reading, f"; not replaced: the {self.restarts} restart(s) allowed for "
                                         "this sequence (restarts=) are used")

@@ -48,12 +48,15 @@ class Prefetch(LazySequence):
 
     def __init__(self, seq: Sequence[Any], num_workers: int, prefetch_factor: int, ctx: Any,
                  worker_init_fn: Optional[Callable[[int], None]], timeout: float, shared: Any,
-                 affinity: bool = True, restarts: int = 0, respawn: Optional[Callable[[int], Any]] = None):
+                 affinity: bool = True, restarts: int = 0, respawn: Optional[Callable[[int], Any]] = None,
+                 describe: Optional[Callable[[Any, int], str]] = None):
         self._seq, self._len, self._timeout = seq, len(seq), timeout
         self._shared = shared if shared is not None else seq
         self._taker: Taker | None = None  # out-of-order reading (take), if that is the mode
         self._crew = Crew(ctx, num_workers, prefetch_factor, worker_init_fn, self._shared, affinity)
         self._inbox = Inbox(self._crew, repr(self))
+        self._describe = describe
+        self._inbox.name_items(describe, seq)
         self._in_order = InOrder(self._inbox, self._crew)  # in-order reading; -1: not reading in order
         self._in_order.restart(0, self._len)
         if restarts:
@@ -252,6 +255,7 @@ class Prefetch(LazySequence):
         self._retarget()
         self._seq, self._len = seq, n
         self._inbox.label = repr(self)
+        self._inbox.name_items(self._describe, seq)
         self._in_order.restart(0, n)
         if self._inbox.healer is not None:
             self._inbox.healer.sequence_changed(seq)

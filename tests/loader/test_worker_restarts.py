@@ -11,7 +11,9 @@ test can check how many kills happened). Nothing waits on a timer. Every batch i
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
+import re
 import signal
 
 import pytest
@@ -137,7 +139,9 @@ def test_batches_are_bit_identical_to_an_uninterrupted_run(tmp_path, caplog, kin
     assert sum(w["restarts"] for w in stats["current"]["workers"]) == 1
     (line,) = warnings_logged(caplog)
     what = "epoch_batches" if kind == "map" else "stream_batches"
-    assert "was killed by SIGKILL while producing item" in line and "replaced by worker" in line
+    # the batch, in the loader's words: with its dataset indices (the victim's among them) for a map-style epoch
+    named = (rf"batch \d+ \(dataset indices \[[\d, ]*\b{victim}\b[\d, ]*\]\)" if kind == "map" else r"batch \d+")
+    assert re.search(rf"was killed by SIGKILL while producing {named}; replaced by worker", line), line
     assert what in line and "epoch=1" in line and "pid" in line
 
 
@@ -192,7 +196,8 @@ def test_without_restarts_a_dead_worker_raises_torchs_message_as_before(tmp_path
     caplog.set_level(logging.WARNING, logger="seqloader")
     loader = map_loader(Samples(str(tmp_path), {9: {0}}), shuffle=False)
     with pytest.raises(RuntimeError, match=r"^DataLoader worker \(pid \d+\) is killed by signal: Killed\. "
-                                           r"seqloader: worker 0 \(pid \d+\) died while producing batch 2 "):
+                                           r"seqloader: worker 0 \(pid \d+\) died while producing batch 2 "
+                                           r"\(dataset indices \[8, 9, 10, 11\]\) "):
         list(loader)
     assert kills_in(tmp_path) == 1 and not warnings_logged(caplog)
 
@@ -214,3 +219,35 @@ def test_the_keyword_is_checked():
         DataLoader(range(4), num_workers=1, max_worker_restarts=-1)
     with pytest.raises(TypeError, match="max_worker_restarts must be an int"):
         DataLoader(range(4), num_workers=1, max_worker_restarts=True)
+
+
+class Gated(torch.utils.data.Dataset):
+    """Sample ``i`` is ``tensor(i)``; the samples in ``held`` wait for ``gate`` (an event the test
+    sets once the timeout was raised; 120 s is a bound, not a timing)."""
+
+    def __init__(self, gate=None, held=(), n=12):
+        self.gate, self.held, self.n = gate, set(held), n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i in self.held:
+            self.gate.wait(120)
+        return torch.tensor(i)
+
+
+def test_a_timeout_names_the_batch_and_its_dataset_indices_and_the_epoch_goes_on():
+    kw = {"batch_size": 4, "shuffle": True, "seed": 3}
+    ref = DataLoader(Gated(), **kw)
+    want, first = list(ref), ref.indices_at(0, 0)
+    gate = multiprocessing.get_context("fork").Event()
+    loader = DataLoader(Gated(gate, held=first[1:2]), num_workers=1, timeout=0.2, prefetch_factor=1,
+                        multiprocessing_context="fork", **kw)
+    it = iter(loader)
+    shown = ", ".join(map(str, first))
+    with pytest.raises(RuntimeError, match=rf"^DataLoader timed out after 0.2 seconds; seqloader: waiting for batch 0 "
+                                           rf"\(dataset indices \[{shown}\]\) from worker 0 \(pid \d+\)$"):
+        next(it)
+    gate.set()
+    assert_batches_equal(list(it), want, "the epoch after the timeout")  # nothing was consumed
