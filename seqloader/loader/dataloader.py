@@ -41,7 +41,8 @@ from seqloader.loader.verbs import LoaderVerbs
 from seqloader.loader.seeding import DERIVATION
 from seqloader.loader.state import LoaderState, is_stateful
 from seqloader.loader.source_files import check_pipeline_files, describe_pipeline
-from seqloader.loader.state_checks import check_against_recipe, check_ahead, check_matches, len_or_none
+from seqloader.loader.state_checks import (check_against_recipe, check_ahead, check_matches, len_or_none,
+                                           load_seekable_sampler)
 from seqloader.loader.stats import LoaderStats
 from seqloader.loader.steps import schedule_of
 from seqloader.loader.torch_compat import pin_device
@@ -360,13 +361,10 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
             Traceback (most recent call last):
             ValueError: load_state_dict: 'drop_last' is True in the state_dict but this loader has drop_last=False; build the loader with the arguments it was saved with
         """
-        if not isinstance(check_files, bool):
-            raise TypeError(f"load_state_dict: check_files must be a bool (got {type(check_files).__name__})")
         saved = LoaderState.from_dict(state_dict)
         check_matches(saved, self._state(), not self._is_iterable and self._user_batch_sampler is None)
         check_ahead(saved, world.current_world()[1])
-        if saved.files is not None and check_files:
-            check_pipeline_files(saved.files, self.dataset)
+        check_pipeline_files(saved.files, self.dataset, check_files)
         changes = self._control.checked(saved.recipe, None if self._is_iterable else self._recipe())
         if self._custom is not None:
             self._custom.check(saved)
@@ -374,7 +372,7 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
             check_against_recipe(saved, self._recipe().replace(changes=changes))
         # validated: mutate (a seekable sampler checks its own state before changing: first)
         if self._custom is None and saved.sampler is not None:  # a seekable sampler's seed (and geometry)
-            self._user_sampler.load_state_dict(copy.deepcopy(saved.sampler))
+            load_seekable_sampler(self._user_sampler, saved.sampler)
         self._workers.close()
         if self._custom is not None:
             self._custom.load(saved)

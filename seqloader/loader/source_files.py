@@ -12,7 +12,7 @@ user's word. ``seqloader.sources`` is imported only when a source is found.
 from __future__ import annotations
 
 import reprlib
-from typing import Any
+from typing import Any, Optional
 
 import torch.utils.data
 
@@ -69,15 +69,18 @@ def _named(k: int, sources: list[Any]) -> str:
     return f"source {k} of {len(sources)} in the pipeline, {_short.repr(sources[k])}"
 
 
-def check_pipeline_files(saved: list[dict], dataset: Any) -> None:
+def check_pipeline_files(saved: Optional[list[dict]], dataset: Any, check_files: bool = True) -> None:
     """Raise ``ValueError`` unless ``saved`` (a state's ``files``) describes the files of every
     source of ``dataset``, in order.
 
     Args:
-        saved: the validated ``files`` entry of a state (a list of descriptions).
+        saved: the validated ``files`` entry of a state (a list of descriptions), or ``None``
+            (not recorded: nothing to check).
         dataset: the loader's dataset.
+        check_files: ``load_state_dict``'s override: ``False`` checks nothing.
 
     Raises:
+        TypeError: ``check_files`` is not a bool.
         ValueError: another number of sources, or a source whose files differ; the message names
             the source and (``check_same_files``) the first file that differs, and the override.
 
@@ -87,6 +90,10 @@ def check_pipeline_files(saved: list[dict], dataset: Any) -> None:
         Traceback (most recent call last):
         ValueError: load_state_dict: 'files' describes 1 source(s) of files but this loader's dataset reads 0 (none); the state was saved for another pipeline; to resume on these files deliberately (the same data copied or downloaded again), call load_state_dict(state_dict, check_files=False)
     """
+    if not isinstance(check_files, bool):
+        raise TypeError(f"{STAGE}: check_files must be a bool (got {type(check_files).__name__})")
+    if saved is None or not check_files:
+        return
     sources = pipeline_sources(dataset)
     if len(saved) != len(sources):
         names = ", ".join(_short.repr(s) for s in sources[:4]) + (", ..." if len(sources) > 4 else "")

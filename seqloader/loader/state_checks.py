@@ -10,6 +10,7 @@ the loader untouched). The types and bounds of each value are checked before, by
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, Callable, Optional, cast
 
@@ -17,7 +18,8 @@ from seqloader.loader.state import LoaderState
 from seqloader.loader.stream_state import IterableState
 from seqloader.loader.validation import STAGE
 
-__all__ = ["check_against_recipe", "check_ahead", "check_matches", "check_position", "len_or_none"]
+__all__ = ["check_against_recipe", "check_ahead", "check_matches", "check_position", "len_or_none",
+           "load_seekable_sampler"]
 
 def check_matches(saved: LoaderState, current: LoaderState, batch_size_may_change: bool = False) -> None:
     """Raise ``ValueError`` if ``saved`` cannot resume the loader whose fresh state is ``current``.
@@ -141,6 +143,23 @@ def check_ahead(saved: LoaderState, world_size: int) -> None:
                          f"(in_order=False) past 'position', under torch.distributed (world sizes "
                          f"{worlds[0]} saved, {worlds[1]} now): each rank yielded other batches, so one "
                          "rank's state cannot resume the others exactly; use in_order=True with ranks")
+
+
+def load_seekable_sampler(sampler: Any, state: Any) -> None:
+    """Hand a seekable sampler (:class:`~seqloader.shuffle_sampler.SeekableSampler`) its sub-state:
+    the first change of a load, since it checks everything before it changes anything; a refusal
+    is a ``ValueError`` naming ``'sampler'`` (its own message kept).
+
+    Example:
+        >>> from seqloader import BijectiveShuffleSampler
+        >>> load_seekable_sampler(BijectiveShuffleSampler(range(4), seed=1), {"seed": "x"})
+        Traceback (most recent call last):
+        ValueError: load_state_dict: 'sampler' cannot be loaded into BijectiveShuffleSampler(len=4, seed=1) (TypeError: BijectiveShuffleSampler.load_state_dict: seed must be an int (got str 'x'))
+    """
+    try:
+        sampler.load_state_dict(copy.deepcopy(state))
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise ValueError(f"{STAGE}: 'sampler' cannot be loaded into {sampler!r} ({type(e).__name__}: {e})") from e
 
 
 def len_or_none(obj: Any) -> Optional[int]:

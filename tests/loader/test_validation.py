@@ -63,7 +63,14 @@ def files(folder):
     return loader, lambda it: loader.skip(indices=[2])
 
 
-KINDS = {"plain": lambda folder: plain(), "mixed": lambda folder: mixed(), "files": files}
+def seekable():
+    data = list(range(21))
+    loader = DataLoader(data, batch_size=4, sampler=seqloader.BijectiveShuffleSampler(data, seed=9), seed=3)
+    return loader, lambda it: loader.skip(steps=(3, 4))
+
+
+KINDS = {"plain": lambda folder: plain(), "mixed": lambda folder: mixed(), "files": files,
+         "seekable": lambda folder: seekable()}
 
 
 def run(kind, folder, stop=3):
@@ -110,6 +117,10 @@ def reference(kind, folder, stop=3):
                                                              r"is past the end"),
     ("files", "files", [{"files": 2, "fingerprint": "0123456789abcdef"}], r"'files\[0\]' does not match source 0 of "
                                                                           r"1 in the pipeline, parquet"),
+    ("seekable", "sampler", {"seed": "9"}, r"'sampler' cannot be loaded into BijectiveShuffleSampler\(len=21, "
+                                           r"seed=9\) \(TypeError: .*seed must be an int"),
+    ("seekable", "sampler", 5, r"'sampler' cannot be loaded into BijectiveShuffleSampler\(len=21, seed=9\) "
+                               r"\(TypeError: 'int' object is not subscriptable\)"),
 ])
 def test_the_issues_tampered_values_name_their_key_and_change_nothing(parquet_folder, kind, key, value, match):
     state, rest, nxt = reference(kind, parquet_folder)

@@ -66,10 +66,12 @@ class Samples(torch.utils.data.Dataset):
 
 class Sharded(torch.utils.data.IterableDataset):
     """Worker ``w`` of ``n`` yields ``[v, draw]`` for ``v`` in ``range(w, total, n)``; Stateful
-    (tests/loader/test_iterable_streams.py's); ``kills`` as in :class:`Samples`, by value."""
+    (tests/loader/test_iterable_streams.py's); ``kills`` as in :class:`Samples`, by value; with a
+    ``gate`` (an event), a value in ``kills`` waits for it first (a bound of 60 s, not a timing)."""
 
-    def __init__(self, directory=None, kills=None, total=30):
+    def __init__(self, directory=None, kills=None, total=30, gate=None):
         self.directory, self.kills, self.total, self.start, self.pos = directory, kills or {}, total, 0, 0
+        self.gate = gate
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
@@ -77,6 +79,8 @@ class Sharded(torch.utils.data.IterableDataset):
         mine = list(range(w, self.total, n))
         start, self.start = self.start, 0
         for self.pos in range(start, len(mine)):
+            if self.gate is not None and mine[self.pos] in self.kills:
+                self.gate.wait(60)
             maybe_die(self.directory, self.kills, mine[self.pos])
             yield torch.tensor([mine[self.pos], int(torch.randint(0, 10**6, ()))])
         self.pos = len(mine)
@@ -203,11 +207,16 @@ def test_without_restarts_a_dead_worker_raises_torchs_message_as_before(tmp_path
 
 
 def test_a_stream_without_state_cannot_be_restarted_exactly_and_says_so(tmp_path):
-    # value 5 is worker 1's third batch (values 1, 3 | 5, 7): its first batch was yielded
-    loader = iterable_loader(NoState(str(tmp_path), {5: {0}}), max_worker_restarts=2)
+    # value 5 is worker 1's second batch (values 1, 3 | 5, 7): it dies once its first batch was
+    # yielded (the gate opens then; else that batch would be recomputed, and nothing is lost)
+    gate = multiprocessing.get_context("fork").Event()
+    loader = iterable_loader(NoState(str(tmp_path), {5: {0}}, gate=gate), max_worker_restarts=2)
+    it = iter(loader)
+    next(it), next(it)  # batch 1 is stream 1's first
+    gate.set()
     with pytest.raises(RuntimeError, match=r"^DataLoader worker \(pid \d+\) is killed by signal: Killed\. .*"
                                            r"the stream of worker 1 \(NoState\) cannot be restarted exactly"):
-        list(loader)
+        list(it)
     assert kills_in(tmp_path) == 1
 
 
