@@ -28,7 +28,7 @@ import numpy as np
 
 from seqloader.loader.holes import HoledOrder, Intervals
 from seqloader.loader.orders import Order, positions_of
-from seqloader.loader.validation import check_value, is_int
+from seqloader.loader.validation import check_value, is_int_in
 
 __all__ = ["RecipeChanges", "Skip", "WeightChange", "check_weights"]
 
@@ -120,17 +120,28 @@ class RecipeChanges:
         if d is None:
             return cls()
         weights, skips = [], []
+        for name in ("weights", "skips"):
+            check_value(isinstance(d.get(name, []), list), f"recipe.{name}", d.get(name), "a list")
         for k, c in enumerate(d.get("weights", [])):
-            check_value(isinstance(c, list) and len(c) == 4 and is_int(c[0]) and c[0] >= 0
-                        and (c[1] is None) == (c[2] is None) and (c[1] is None or is_int(c[1]) and is_int(c[2]))
+            check_value(isinstance(c, list) and len(c) == 4 and is_int_in(c[0])
+                        and (c[1] is None) == (c[2] is None) and (c[1] is None or is_int_in(c[1]) and is_int_in(c[2]))
                         and isinstance(c[3], list), f"recipe.weights[{k}]", c,
-                        "[step, epoch or None, position or None, [weights]]")
-            weights.append(WeightChange(c[0], c[1], c[2], check_weights("load_state_dict", c[3], None)))
+                        "[step, epoch or None, position or None, [weights]], ints in [0, 2**63)")
+            try:
+                values = check_weights("load_state_dict", c[3], None)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"load_state_dict: 'recipe.weights[{k}]' holds bad weights: {e}") from None
+            weights.append(WeightChange(c[0], c[1], c[2], values))
+        steps = [c.step for c in weights]
+        check_value(steps == sorted(set(steps)), "recipe.weights", d.get("weights"),
+                    "changes in increasing order of step")
         for k, s in enumerate(d.get("skips", [])):
-            check_value(isinstance(s, list) and len(s) == 4 and is_int(s[0]) and is_int(s[1]) and s[2] in KINDS
-                        and isinstance(s[3], list) and all(isinstance(r, list) and len(r) == 2 and is_int(r[0])
-                                                           and is_int(r[1]) and r[0] < r[1] for r in s[3]),
-                        f"recipe.skips[{k}]", s, "[epoch, position, 'indices' or 'positions', [[start, stop], ...]]")
+            check_value(isinstance(s, list) and len(s) == 4 and is_int_in(s[0]) and is_int_in(s[1]) and s[2] in KINDS
+                        and isinstance(s[3], list) and len(s[3]) > 0
+                        and all(isinstance(r, list) and len(r) == 2 and is_int_in(r[0]) and is_int_in(r[1])
+                                and r[0] < r[1] for r in s[3]),
+                        f"recipe.skips[{k}]", s, "[epoch, position, 'indices' or 'positions', [[start, stop], ...]] "
+                        "(at least one range, start < stop), ints in [0, 2**63)")
             skips.append(Skip(s[0], s[1], s[2], tuple((r[0], r[1]) for r in s[3])))
         return cls(tuple(weights), tuple(skips))
 

@@ -40,7 +40,9 @@ from seqloader.loader.recipe_control import RecipeControl
 from seqloader.loader.verbs import LoaderVerbs
 from seqloader.loader.seeding import DERIVATION
 from seqloader.loader.state import LoaderState, is_stateful
-from seqloader.loader.state_checks import check_ahead, check_matches, check_position, len_or_none
+from seqloader.loader.source_files import check_pipeline_files, describe_pipeline
+from seqloader.loader.state_checks import (check_against_recipe, check_ahead, check_matches, len_or_none,
+                                           load_seekable_sampler)
 from seqloader.loader.stats import LoaderStats
 from seqloader.loader.steps import schedule_of
 from seqloader.loader.torch_compat import pin_device
@@ -161,7 +163,7 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
                                     None if self._custom is None else self._custom.forget, self._used_up)
         self._stats = LoaderStats()
         self._control = RecipeControl(self._progress)
-        self._files_state: Optional[dict] = None
+        self._files_state: Optional[list] = None
         # Every argument by keyword: frameworks (Lightning) patch DataLoader.__init__ and map
         # positional arguments by their own signature.
         super().__init__(dataset=dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
@@ -323,12 +325,10 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
             iterable=None if progress.iterable is None else progress.iterable.copy(),
             saved_with={"num_workers": self.num_workers, "world_size": size})
 
-    def _files(self) -> Optional[dict]:
-        """The fingerprint of a source's file list (computed once: a source's files do not change)."""
-        if self._files_state is None and callable(getattr(self.dataset, "files", None)):
-            from seqloader.sources.fingerprint import describe_files  # only for sources
-
-            self._files_state = describe_files(self.dataset)
+    def _files(self) -> list:
+        """The file lists of the pipeline's sources (computed once: a source's files do not change)."""
+        if self._files_state is None:
+            self._files_state = describe_pipeline(self.dataset)
         return self._files_state
 
     def state_dict(self) -> dict:
@@ -345,7 +345,7 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         """
         return self._state().to_dict()
 
-    def load_state_dict(self, state_dict: dict) -> None:
+    def load_state_dict(self, state_dict: dict, *, check_files: bool = True) -> None:
         """Make the next ``iter(loader)`` resume from ``state_dict`` (see :meth:`state_dict`).
 
         Everything is validated before anything changes; then a Stateful sampler and dataset get
@@ -353,11 +353,18 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
 
         Args:
             state_dict: a dict from :meth:`state_dict` (possibly through JSON).
+            check_files: compare the state's ``files`` with the files of every source of the
+                dataset (``smap(f, parquet(...))``, a ``mix`` of sources, a Dataset holding one:
+                see ``docs/resume.md``) and refuse other files. ``False`` resumes on other files
+                deliberately, such as the same data copied or downloaded again elsewhere: the
+                positions then mean the same items only if the files hold the same items.
 
         Raises:
             TypeError: ``state_dict`` is not a dict.
-            ValueError: unknown format or newer version, a malformed value, or a state saved for
-                a different dataset, file list, ``drop_last``, ``shuffle``, sampler kind, (for a
+            ValueError: unknown format or newer version, a malformed value (every int is checked
+                against ``2**63`` and the loader: a position inside the epoch, indices inside the
+                dataset), or a state saved for a different dataset, file list (naming the source
+                and the first file that differs), ``drop_last``, ``shuffle``, sampler kind, (for a
                 custom ``batch_sampler`` or an ``IterableDataset``) batch size, or (for an
                 ``IterableDataset``) number of streams; the message names the key, the saved and
                 the current value. Another ``batch_size`` or world size resumes from the first
@@ -373,21 +380,18 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         saved = LoaderState.from_dict(state_dict)
         check_matches(saved, self._state(), not self._is_iterable and self._user_batch_sampler is None)
         check_ahead(saved, world.current_world()[1])
-        changes = self._control.checked(saved.recipe, self.dataset)
-        if saved.files is not None:
-            from seqloader.sources.fingerprint import check_same_files  # only for sources
-
-            check_same_files(saved.files, self.dataset)
+        check_pipeline_files(saved.files, self.dataset, check_files)
+        changes = self._control.checked(saved.recipe, None if self._is_iterable else self._recipe())
         if self._custom is not None:
             self._custom.check(saved)
         elif not self._is_iterable:
-            check_position(saved, self._recipe().replace(changes=changes).order(saved.epoch).n)
-        # validated: mutate
+            check_against_recipe(saved, self._recipe().replace(changes=changes))
+        # validated: mutate (a seekable sampler checks its own state before changing: first)
+        if self._custom is None and saved.sampler is not None:  # a seekable sampler's seed (and geometry)
+            load_seekable_sampler(self._user_sampler, saved.sampler)
         self._workers.close()
         if self._custom is not None:
             self._custom.load(saved)
-        elif saved.sampler is not None:  # a seekable sampler's seed (and geometry)
-            self._user_sampler.load_state_dict(copy.deepcopy(saved.sampler))
         if saved.dataset is not None:
             cast(Any, self.dataset).load_state_dict(copy.deepcopy(saved.dataset))
         self.seed = saved.seed

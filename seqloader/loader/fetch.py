@@ -131,15 +131,6 @@ class EpochBatches(LazySequence):
         """The dataset indices batch ``b`` reads (one index with ``batch_size=None``)."""
         return self._plan.batch(b)[1]
 
-    def describe(self, b: int) -> str:
-        """Batch ``b`` for messages: ``"batch 6 (dataset indices [24, 25, 26, 27])"``."""
-        indices = self.indices(b)
-        try:
-            listed: Any = [int(i) for i in indices]
-        except TypeError:  # one index (batch_size=None) or a custom sampler's keys
-            listed = indices
-        return f"batch {b} (dataset indices {listed})"
-
     def key(self, b: int) -> int:
         """The global position of batch ``b``'s first sample (its seeding key)."""
         return self._plan.key(b)

@@ -31,7 +31,7 @@ from seqloader.loader.torch_compat import open_files_error, pin, poison_error, w
 from seqloader.loader.watermark import Watermark
 from seqloader.prefetcher.faults import INDEX_ATTR, ItemTimeout, WorkerDied
 
-__all__ = ["LoaderIterator", "Opened", "infrastructure_error", "read_window", "superseded_error"]
+__all__ = ["LoaderIterator", "Opened", "describe_batch", "infrastructure_error", "read_window", "superseded_error"]
 
 
 def read_window(num_workers: int, prefetch_factor: Optional[int]) -> int:
@@ -52,11 +52,30 @@ def superseded_error() -> RuntimeError:
                         "load_state_dict(); iterate the loader again")
 
 
+def describe_batch(seq: Any, b: int) -> str:
+    """Batch ``b`` of an opened epoch ``seq``, in messages: its number and, for a map-style epoch,
+    its dataset indices (the prefetcher's ``describe``: the heal warning, a dead worker, a timeout).
+
+    Example:
+        >>> from seqloader.loader.plans import OrderPlan
+        >>> from seqloader.loader.orders import RangeOrder
+        >>> seq = EpochBatches(list(range(10)), OrderPlan(RangeOrder(10), 0, 4, False), list, seed=0, epoch=0)
+        >>> describe_batch(seq, 2), describe_batch(object(), 2)
+        ('batch 2 (dataset indices [8, 9])', 'batch 2')
+    """
+    if isinstance(seq, EpochBatches):
+        try:
+            return f"batch {b} (dataset indices {_listed(seq.indices(b))})"
+        except Exception as exc:  # a message must not fail: say so in it
+            return f"batch {b} (its dataset indices could not be computed: {type(exc).__name__}: {exc})"
+    return f"batch {b}"
+
+
 def infrastructure_error(exc: BaseException, timeout: float, batch: int, seq: Any = None) -> Optional[RuntimeError]:
     """The error to raise instead of ``exc`` when the workers or their transport failed (a dead
     worker, a timeout, no file descriptor left), in torch's words; ``None`` for a batch's own error.
-    A *poison* batch (it killed a worker and its replacement) is named with its dataset indices
-    (``seq``: the opened sequence of batches).
+    The batch is named with its dataset indices (``seq``: the opened sequence of batches), a
+    *poison* batch (it killed a worker and its replacement) included.
 
     Example:
         >>> infrastructure_error(KeyError("bad sample"), 0, 3) is None
@@ -66,17 +85,17 @@ def infrastructure_error(exc: BaseException, timeout: float, batch: int, seq: An
         'DataLoader timed out after 5 seconds; seqloader: waiting for batch 3 from worker 1 (pid 42)'
     """
     if isinstance(exc, ItemTimeout):
-        return worker_error(timed_out=True, timeout=timeout, batch=batch, worker_id=exc.worker_id, pid=exc.pid,
-                            exitcode=None, doing="", detail="")
+        b = exc.item if exc.item is not None else batch
+        return worker_error(timed_out=True, timeout=timeout, batch=describe_batch(seq, b), worker_id=exc.worker_id,
+                            pid=exc.pid, exitcode=None, doing="", detail="")
     if isinstance(exc, WorkerDied) and exc.poison and exc.item is not None:
         b = exc.item
-        what = (f"batch {b} (dataset indices {_listed(seq.indices(b))})" if isinstance(seq, EpochBatches)
-                else f"batch {b} (of stream {exc.worker_id})")
+        what = describe_batch(seq, b) if isinstance(seq, EpochBatches) else f"batch {b} (of stream {exc.worker_id})"
         return poison_error(what=what, worker_id=exc.worker_id, pid=exc.pid, exitcode=exc.exitcode, detail=str(exc))
     if isinstance(exc, WorkerDied):
-        doing = f"while producing batch {exc.item}" if exc.item is not None else "while idle"
-        return worker_error(timed_out=False, timeout=timeout, batch=batch, worker_id=exc.worker_id, pid=exc.pid,
-                            exitcode=exc.exitcode, doing=doing, detail=str(exc))
+        doing = f"while producing {describe_batch(seq, exc.item)}" if exc.item is not None else "while idle"
+        return worker_error(timed_out=False, timeout=timeout, batch=f"batch {batch}", worker_id=exc.worker_id,
+                            pid=exc.pid, exitcode=exc.exitcode, doing=doing, detail=str(exc))
     if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
         return open_files_error(exc)
     return None

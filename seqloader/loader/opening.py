@@ -91,8 +91,7 @@ def _opened(loader: Settings, progress: Progress, workers: Workers, stats: Loade
         source = reuse
     elif loader.num_workers > 0 and len(seq) > 0:
         # a stream's items must stay on their worker (affinity); batches may go to any free one
-        source = workers.open(loader, seq, progress.epoch, affinity=loader.in_order or streams, respawn=respawn,
-                              describe=getattr(seq, "describe", None))
+        source = workers.open(loader, seq, progress.epoch, affinity=loader.in_order or streams, respawn=respawn)
         source.start()
         stats.attach(source)
         # an in-order read would compute skipped items (the workers read ahead): take them

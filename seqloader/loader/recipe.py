@@ -136,21 +136,46 @@ class Recipe:
         sizes = self.batch_sizes or BatchSizes(self.batch_size or 1)
         return at_position + sizes.offset(at_step, step - at_step) * world_size
 
+    def step_plan(self, op: str, epoch: int, step: int, rank: Optional[int] = None,
+                  world_size: Optional[int] = None, first_step: int = 0, *, after: bool = False) -> tuple[Any, int]:
+        """``(plan, step)``: the plan of ``epoch`` on ``rank`` from its start, after checking that batch
+        ``step`` exists there (``after``: that ``step`` batches can have been read, ``step <= len``).
+        The one check of an ``(epoch, step, rank, world_size)`` that :meth:`indices_at` and
+        ``DataLoader.state_at`` share. ``rank``/``world_size`` default, each, to ``torch.distributed``'s.
+
+        Raises:
+            TypeError: an argument is not an int.
+            ValueError: ``epoch`` outside ``[0, 2**63)``, ``world_size < 1`` or ``rank`` outside
+                ``[0, world_size)``.
+            IndexError: ``step`` is not a batch of that epoch on that rank (``after``: more than its batches).
+        """
+        epoch = check_nonnegative_int(op, "epoch", epoch)
+        if epoch >= 2**63:
+            raise ValueError(f"{op}: epoch must be < 2**63 (got {epoch})")
+        step = check_int(op, "step", step)
+        current_rank, current_size = world.current_world()
+        world_size = current_size if world_size is None else check_int(op, "world_size", world_size)
+        if world_size < 1:
+            raise ValueError(f"{op}: world_size must be >= 1 (got {world_size})")
+        rank = current_rank if rank is None else check_int(op, "rank", rank)
+        if not 0 <= rank < world_size:
+            raise ValueError(f"{op}: rank {rank} out of range [0, {world_size}) (world_size={world_size}); a rank "
+                             "is a process of the world")
+        plan = self.plan(epoch, 0, rank, world_size, first_step)
+        end = len(plan) + 1 if after else len(plan)
+        if not 0 <= step < end:
+            raise IndexError(f"{op}: step {step} out of range [0, {end}) of epoch {epoch} "
+                             f"(rank {rank} of {world_size})")
+        return plan, step
+
     def indices_at(self, epoch: int, step: int, rank: Optional[int] = None,
                    world_size: Optional[int] = None, first_step: int = 0) -> Any:
         """The dataset indices of batch ``step`` of ``epoch`` on ``rank``, computed without iterating
         (``first_step``: the global step of the epoch's first batch, for a batch-size schedule).
 
         Raises:
-            IndexError: ``step`` is not a batch of that epoch on that rank.
+            TypeError, ValueError, IndexError: as :meth:`step_plan` (``step`` is not a batch of
+                that epoch on that rank, or the rank does not exist).
         """
-        op = "DataLoader.indices_at"
-        epoch = check_nonnegative_int(op, "epoch", epoch)
-        step = check_int(op, "step", step)
-        if rank is None or world_size is None:
-            rank, world_size = world.current_world()
-        plan = self.plan(epoch, 0, rank, world_size, first_step)
-        if not 0 <= step < len(plan):
-            raise IndexError(f"{op}: step {step} out of range [0, {len(plan)}) of epoch {epoch} "
-                             f"(rank {rank} of {world_size})")
+        plan, step = self.step_plan("DataLoader.indices_at", epoch, step, rank, world_size, first_step)
         return plan.batch(step)[1]

@@ -2,11 +2,11 @@
 
 A state is a small dict of JSON types (see ``docs/design.md``, "Loader state: format and versions")::
 
-    {"format": "seqloader.DataLoader", "version": 3, "seed": 1234, "epoch": 2,
+    {"format": "seqloader.DataLoader", "version": 4, "seed": 1234, "epoch": 2,
      "position": 40960, "ahead": [], "step": 2140, "dataset_len": 50000, "batch_size": 64,
      "drop_last": False, "shuffle": True, "derivation": 2, "sampler_len": None,
      "sampler_epoch": None, "sampler": None, "dataset": None, "iterable": None,
-     "recipe": None, "files": None, "saved_with": {"num_workers": 4, "world_size": 8}}
+     "recipe": None, "files": [], "saved_with": {"num_workers": 4, "world_size": 8}}
 
 ``position`` counts samples of the epoch's *global* order already yielded (all ranks together);
 after the last batch of an epoch (before ``StopIteration``) it is the epoch's end, and a resumed
@@ -30,12 +30,16 @@ those sub-states are. ``iterable`` is ``None`` for map-style datasets; for an ``
 holds one entry per worker stream (see :class:`~seqloader.loader.stream_state.IterableState`).
 ``recipe`` is ``None`` until the recipe changes during the run, then the changes (see
 :mod:`seqloader.loader.changes`): mixture weights as ``[step, epoch, position, weights]`` and
-skipped samples as ``[epoch, position, kind, ranges]``, O(number of changes). ``files`` is the
-small fingerprint of a source's file list (``{"files": n, "fingerprint": hex}``) or ``None``.
-``saved_with`` is informational and ignored when loading.
+skipped samples as ``[epoch, position, kind, ranges]``, O(number of changes). ``files`` lists
+the small fingerprint of the file list of every source in the pipeline, in pipeline order
+(``[{"files": n, "fingerprint": hex, ...}, ...]``, see :mod:`seqloader.loader.sources_walk`):
+``[]`` when it reads no source, ``None`` when the state comes from a version that did not record
+them (it is then not checked). ``saved_with`` is informational: loading reads only its
+``world_size``, to bound ``position`` after a padded last round.
 
-:meth:`LoaderState.from_dict` validates everything (types, format, version) and upgrades old
-versions one step at a time through :data:`_MIGRATIONS`;
+:meth:`LoaderState.from_dict` validates everything (types, format, version, and every int within
+``[0, 2**63)``: :mod:`seqloader.loader.validation`) and upgrades old versions one step at a time
+through :data:`_MIGRATIONS`;
 :func:`~seqloader.loader.state_checks.check_matches` compares a loaded state with the loader it is
 loaded into. Neither mutates anything.
 """
@@ -45,7 +49,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
-from seqloader.loader.validation import STAGE as _STAGE, check_value as _check, is_int as _is_int
+from seqloader.loader.validation import STAGE as _STAGE, check_int_in as _check_int, check_value as _check, \
+    is_int as _is_int, is_int_in as _is_int_in
 from seqloader.loader.stream_state import IterableState
 
 __all__ = ["FORMAT", "VERSION", "KEYS", "IterableState", "LoaderState", "is_stateful"]
@@ -53,7 +58,7 @@ __all__ = ["FORMAT", "VERSION", "KEYS", "IterableState", "LoaderState", "is_stat
 #: The value of the ``"format"`` key.
 FORMAT = "seqloader.DataLoader"
 #: The current version; bumped whenever the meaning of a key changes.
-VERSION = 3
+VERSION = 4
 #: The derivations of orders and seeds a state may name (``seqloader/loader/seeding.py``).
 DERIVATIONS = (1, 2)
 #: The keys of a version-:data:`VERSION` state, in order.
@@ -68,6 +73,9 @@ KEYS = ("format", "version", "seed", "epoch", "position", "ahead", "step", "data
 #: 2 -> 3: ``step`` (the global step of the batch at ``position``; version 2 counted none: the
 #: batches of the epoch before ``position`` are taken as the steps), ``recipe`` (no change) and
 #: ``files`` (no fingerprint) are new keys; the others keep their meaning.
+#: 3 -> 4: ``files`` lists the description of every source of the pipeline (version 3 held the
+#: description of the dataset itself when it was a source, else ``None``): a description becomes a
+#: one-element list, ``None`` stays ``None`` (not recorded: not checked).
 _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
@@ -91,11 +99,39 @@ def _migrate_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _migrate_2_to_3(d: dict[str, Any]) -> dict[str, Any]:
-    world = d.get("saved_with", {}).get("world_size", 1)
-    per_step = (d.get("batch_size") or 1) * (world if _is_int(world) and world > 0 else 1)
+    # reads values not validated yet: what is malformed is left for from_dict to name
+    saved_with = d.get("saved_with")
+    world = saved_with.get("world_size", 1) if isinstance(saved_with, dict) else 1
+    batch_size: Any = d.get("batch_size")
+    per_step = (batch_size if _is_int_in(batch_size, 1) else 1) * (world if _is_int_in(world, 1) else 1)
     position = d.get("position", 0)
-    step = position // per_step if _is_int(position) else 0
+    step = position // per_step if _is_int_in(position) else 0
     return {**d, "version": 3, "step": step, "recipe": None, "files": None}
+
+
+def _migrate_3_to_4(d: dict[str, Any]) -> dict[str, Any]:
+    files = d.get("files")
+    return {**d, "version": 4, "files": [files] if isinstance(files, dict) else files}
+
+
+#: The keys of a source's file-list description (``seqloader.sources.fingerprint.describe_files``):
+#: those it always has, and those it may have.
+DESCRIPTION_KEYS = ({"files", "fingerprint"}, {"files", "fingerprint", "chunk", "chunks"})
+
+
+def _check_description(key: str, d: Any) -> None:
+    """One entry of ``files``: the keys of a description, with values of the right types."""
+    must, may = DESCRIPTION_KEYS
+    _check(isinstance(d, dict) and must <= set(d) <= may, key, d,
+           f"a dict with the keys {sorted(must)} (and {sorted(may - must)})")
+    _check_int(f"{key}.files", d["files"])
+    _check(isinstance(d["fingerprint"], str) and len(d["fingerprint"]) <= 128, f"{key}.fingerprint",
+           d["fingerprint"], "a str of hex digits")
+    if "chunk" in d:
+        _check_int(f"{key}.chunk", d["chunk"], low=1)
+    if "chunks" in d:
+        _check(isinstance(d["chunks"], list) and all(isinstance(c, str) for c in d["chunks"]), f"{key}.chunks",
+               d["chunks"], "a list of str")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +146,7 @@ class LoaderState:
         True
         >>> LoaderState.from_dict({**d, "version": 99})
         Traceback (most recent call last):
-        ValueError: load_state_dict: this state_dict has version 99, newer than this seqloader's version 3; upgrade seqloader to load it
+        ValueError: load_state_dict: this state_dict has version 99, newer than this seqloader's version 4; upgrade seqloader to load it
     """
 
     seed: int
@@ -129,7 +165,7 @@ class LoaderState:
     dataset: Any = None
     iterable: Optional[IterableState] = None
     recipe: Optional[dict[str, Any]] = None
-    files: Optional[dict[str, Any]] = None
+    files: Optional[list[dict[str, Any]]] = dataclasses.field(default_factory=list)
     saved_with: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,7 +178,8 @@ class LoaderState:
             "derivation": self.derivation, "sampler_len": self.sampler_len,
             "sampler_epoch": self.sampler_epoch, "sampler": self.sampler, "dataset": self.dataset,
             "iterable": None if self.iterable is None else self.iterable.to_dict(),
-            "recipe": self.recipe, "files": self.files, "saved_with": dict(self.saved_with),
+            "recipe": self.recipe, "files": None if self.files is None else [dict(f) for f in self.files],
+            "saved_with": dict(self.saved_with),
         }
 
     @classmethod
@@ -160,7 +197,7 @@ class LoaderState:
             raise ValueError(f"{_STAGE}: unknown format {d.get('format')!r} (expected {FORMAT!r}); "
                              "this is not a seqloader.DataLoader state_dict")
         version: Any = d.get("version")  # unvalidated until the _check below
-        _check(_is_int(version) and version >= 1, "version", version, "a positive int")
+        _check_int("version", version, low=1)
         if version > VERSION:
             raise ValueError(f"{_STAGE}: this state_dict has version {version}, newer than this "
                              f"seqloader's version {VERSION}; upgrade seqloader to load it")
@@ -174,33 +211,34 @@ class LoaderState:
                              f"{unknown})")
         _check(_is_int(d["seed"]) and 0 <= d["seed"] < 2**64, "seed", d["seed"], "an int in [0, 2**64)")
         for key in ("epoch", "position", "step"):
-            _check(_is_int(d[key]) and d[key] >= 0, key, d[key], "a non-negative int")
-        _check(d["dataset_len"] is None or _is_int(d["dataset_len"]) and d["dataset_len"] >= 0,
-               "dataset_len", d["dataset_len"], "None or a non-negative int")
-        _check(d["batch_size"] is None or _is_int(d["batch_size"]) and d["batch_size"] > 0,
-               "batch_size", d["batch_size"], "None or a positive int")
-        _check(d["sampler_len"] is None or _is_int(d["sampler_len"]) and d["sampler_len"] >= 0,
-               "sampler_len", d["sampler_len"], "None or a non-negative int")
-        _check(isinstance(d["ahead"], list) and all(_is_int(k) and k >= d["position"] for k in d["ahead"])
-               and len(set(d["ahead"])) == len(d["ahead"]), "ahead", d["ahead"],
-               "a list of distinct ints at or after 'position'")
-        _check(d["sampler_epoch"] is None or _is_int(d["sampler_epoch"]),
-               "sampler_epoch", d["sampler_epoch"], "None or an int")
+            _check_int(key, d[key])
+        _check_int("dataset_len", d["dataset_len"], none_ok=True)
+        _check_int("batch_size", d["batch_size"], low=1, none_ok=True)
+        _check_int("sampler_len", d["sampler_len"], none_ok=True)
+        _check(isinstance(d["ahead"], list), "ahead", d["ahead"], "a list of distinct ints at or after 'position'")
+        for k, key in enumerate(d["ahead"]):
+            _check_int(f"ahead[{k}]", key, low=d["position"])
+        _check(len(set(d["ahead"])) == len(d["ahead"]), "ahead", d["ahead"], "a list of distinct ints")
+        _check_int("sampler_epoch", d["sampler_epoch"], low=-2**63, none_ok=True)
         _check(d["derivation"] in DERIVATIONS and _is_int(d["derivation"]), "derivation",
                d["derivation"], f"one of {list(DERIVATIONS)}")
         for key in ("drop_last", "shuffle"):
             _check(isinstance(d[key], bool), key, d[key], "a bool")
         _check(isinstance(d["saved_with"], dict), "saved_with", d["saved_with"], "a dict")
+        _check_int("saved_with.world_size", d["saved_with"].get("world_size", 1), low=1)
+        _check_int("saved_with.num_workers", d["saved_with"].get("num_workers", 0))
         _check(d["recipe"] is None or isinstance(d["recipe"], dict) and set(d["recipe"]) <= {"weights", "skips"},
                "recipe", d["recipe"], "None or a dict with the keys 'weights' and/or 'skips'")
-        _check(d["files"] is None or isinstance(d["files"], dict) and {"files", "fingerprint"} <= set(d["files"])
-               <= {"files", "fingerprint", "chunk", "chunks"}, "files", d["files"],
-               "None or a dict with the keys 'files', 'fingerprint' (and 'chunk', 'chunks')")
+        _check(d["files"] is None or isinstance(d["files"], list), "files", d["files"],
+               "None or a list of file-list descriptions (one per source)")
+        for k, description in enumerate(d["files"] or ()):
+            _check_description(f"files[{k}]", description)
         iterable = None if d["iterable"] is None else IterableState.from_dict(d["iterable"])
         return cls(seed=d["seed"], epoch=d["epoch"], position=d["position"],
                    dataset_len=d["dataset_len"], batch_size=d["batch_size"],
                    drop_last=d["drop_last"], shuffle=d["shuffle"], derivation=d["derivation"],
-                   ahead=tuple(d["ahead"]), step=d["step"], recipe=d["recipe"], files=d["files"],
+                   ahead=tuple(d["ahead"]), step=d["step"], recipe=d["recipe"],
+                   files=None if d["files"] is None else [dict(f) for f in d["files"]],
                    sampler_len=d["sampler_len"], sampler_epoch=d["sampler_epoch"],
                    sampler=d["sampler"],
                    dataset=d["dataset"], iterable=iterable, saved_with=dict(d["saved_with"]))
@@ -208,3 +246,4 @@ class LoaderState:
 
 _MIGRATIONS[1] = _migrate_1_to_2
 _MIGRATIONS[2] = _migrate_2_to_3
+_MIGRATIONS[3] = _migrate_3_to_4

@@ -1,12 +1,16 @@
 """L3: checks of a loaded state against the loader it is loaded into, and the value checks of the state.
 
-:func:`check_matches` (same dataset, arguments, kinds of sub-states), :func:`check_position` and
-:func:`check_ahead` raise ``ValueError`` naming the key, the saved and the current value; none of
-them mutates anything (a failed ``load_state_dict`` leaves the loader untouched).
+:func:`check_matches` (same dataset, arguments, kinds of sub-states), :func:`check_position`,
+:func:`check_ahead` and :func:`check_against_recipe` (what the state's epoch reads: ``position``
+inside it, ``ahead`` its batches, its mixture buildable) raise ``ValueError`` naming the key, the
+saved and the current value; none of them mutates anything (a failed ``load_state_dict`` leaves
+the loader untouched). The types and bounds of each value are checked before, by
+:meth:`LoaderState.from_dict <seqloader.loader.state.LoaderState.from_dict>`.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, Callable, Optional, cast
 
@@ -14,7 +18,8 @@ from seqloader.loader.state import LoaderState
 from seqloader.loader.stream_state import IterableState
 from seqloader.loader.validation import STAGE
 
-__all__ = ["check_ahead", "check_matches", "check_position", "len_or_none"]
+__all__ = ["check_against_recipe", "check_ahead", "check_matches", "check_position", "len_or_none",
+           "load_seekable_sampler"]
 
 def check_matches(saved: LoaderState, current: LoaderState, batch_size_may_change: bool = False) -> None:
     """Raise ``ValueError`` if ``saved`` cannot resume the loader whose fresh state is ``current``.
@@ -97,6 +102,38 @@ def check_position(saved: LoaderState, length: Optional[int] = None) -> None:
                          f"loader has {n} samples; the state is corrupt or was saved for a different loader")
 
 
+def check_against_recipe(saved: LoaderState, recipe: Any) -> None:
+    """A built-in order's state against ``recipe`` (the loader's, with the state's changes): the
+    epoch's order can be built (its mixture, with the weight changes), ``position`` lies in it
+    (:func:`check_position`) and each key of ``ahead`` is a batch of it from ``position``.
+
+    Example:
+        >>> from seqloader.loader.recipe import Recipe
+        >>> r = Recipe(dataset=list(range(10)), dataset_len=10, batch_size=2, drop_last=False,
+        ...            collate_fn=list, shuffle=False, seed=0)
+        >>> s = LoaderState(seed=0, epoch=0, position=2, dataset_len=10, batch_size=2, drop_last=False,
+        ...                 shuffle=False, ahead=(4,))
+        >>> check_against_recipe(s, r); check_against_recipe(dataclasses.replace(s, ahead=(5,)), r)
+        Traceback (most recent call last):
+        ValueError: load_state_dict: 'ahead' lists 5, which is not the first position of a batch of epoch 0 from position 2; the state is corrupt or was saved for a different loader
+    """
+    try:
+        order = recipe.order(saved.epoch)
+    except (TypeError, ValueError) as e:
+        if not recipe.changes:
+            raise
+        raise ValueError(f"{STAGE}: 'recipe' cannot be applied to this loader's dataset in epoch {saved.epoch} "
+                         f"({type(e).__name__}: {e}); the state is corrupt or was saved for another dataset") from e
+    check_position(saved, order.n)
+    if saved.ahead:
+        plan = recipe.plan(saved.epoch, saved.position, step=saved.step)
+        for key in saved.ahead:
+            if plan.batch_of(key) is None:
+                raise ValueError(f"{STAGE}: 'ahead' lists {key}, which is not the first position of a batch of "
+                                 f"epoch {saved.epoch} from position {saved.position}; the state is corrupt or was "
+                                 "saved for a different loader")
+
+
 def check_ahead(saved: LoaderState, world_size: int) -> None:
     """Batches yielded out of order past the watermark are known for one rank only: such a state
     resumes exactly only in a world of one (``world_size``: the current one)."""
@@ -106,6 +143,23 @@ def check_ahead(saved: LoaderState, world_size: int) -> None:
                          f"(in_order=False) past 'position', under torch.distributed (world sizes "
                          f"{worlds[0]} saved, {worlds[1]} now): each rank yielded other batches, so one "
                          "rank's state cannot resume the others exactly; use in_order=True with ranks")
+
+
+def load_seekable_sampler(sampler: Any, state: Any) -> None:
+    """Hand a seekable sampler (:class:`~seqloader.shuffle_sampler.SeekableSampler`) its sub-state:
+    the first change of a load, since it checks everything before it changes anything; a refusal
+    is a ``ValueError`` naming ``'sampler'`` (its own message kept).
+
+    Example:
+        >>> from seqloader import BijectiveShuffleSampler
+        >>> load_seekable_sampler(BijectiveShuffleSampler(range(4), seed=1), {"seed": "x"})
+        Traceback (most recent call last):
+        ValueError: load_state_dict: 'sampler' cannot be loaded into BijectiveShuffleSampler(len=4, seed=1) (TypeError: BijectiveShuffleSampler.load_state_dict: seed must be an int (got str 'x'))
+    """
+    try:
+        sampler.load_state_dict(copy.deepcopy(state))
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise ValueError(f"{STAGE}: 'sampler' cannot be loaded into {sampler!r} ({type(e).__name__}: {e})") from e
 
 
 def len_or_none(obj: Any) -> Optional[int]:

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from seqloader.loader.validation import check_value, is_int
+from seqloader.loader.validation import check_int_in, check_value
 
 __all__ = ["IterableState"]
 
@@ -78,8 +78,7 @@ class IterableState:
         for w in workers:
             check_value(isinstance(w, dict) and set(w) == {"batches", "state", "exhausted"},
                    "iterable.workers[]", w, "a dict with keys 'batches', 'state', 'exhausted'")
-            check_value(is_int(w["batches"]) and w["batches"] >= 0, "iterable.workers[].batches",
-                   w["batches"], "a non-negative int")
+            check_int_in("iterable.workers[].batches", w["batches"])
             check_value(isinstance(w["exhausted"], bool), "iterable.workers[].exhausted", w["exhausted"],
                    "a bool")
             check_value(w["state"] is None or isinstance(w["state"], dict) and set(w["state"]) == {"dataset", "iterator"},

@@ -172,10 +172,6 @@ class StreamBatches(LazySequence):
             batch = self._collate(items) if times is None else times.call(COLLATE, self._collate, items)
         return self._yielded(stream, w, batch)
 
-    def describe(self, i: int) -> str:
-        """Batch ``i`` for messages: ``"batch 6 (of stream 0)"``."""
-        return f"batch {i} (of stream {i % self._streams})"
-
     def _yielded(self, stream: _Stream, w: int, batch: Any) -> StreamItem:
         """Stream ``w`` produced ``batch``: count it and take the stream's state after it."""
         stream.batches += 1

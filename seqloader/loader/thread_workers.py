@@ -89,6 +89,9 @@ class GlobalDrawProbe:
         self._lock = threading.Lock()
         self._warned = False
 
+    def __reduce__(self) -> tuple:
+        return GlobalDrawProbe, ()  # a copy (a copied loader, a worker process) watches afresh
+
     def watch(self, rngs: "ThreadRNGs", epoch: int) -> Optional[tuple]:
         """Start watching this thread's batch if it is its first of ``epoch``; pass the result to
         :meth:`check` (``None``: nothing watched)."""

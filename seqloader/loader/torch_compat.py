@@ -392,22 +392,23 @@ def pin_device(pin_memory: bool, pin_memory_device: str) -> Optional[str]:
 # --------------------------------------------------------------------------- torch's words
 
 
-def worker_error(*, timed_out: bool, timeout: float, batch: int, worker_id: Optional[int],
+def worker_error(*, timed_out: bool, timeout: float, batch: str, worker_id: Optional[int],
                  pid: Optional[int], exitcode: Optional[int], doing: str, detail: str) -> RuntimeError:
-    """torch's message for a timeout or a dead worker (code matches on it), then seqloader's details.
+    """torch's message for a timeout or a dead worker (code matches on it), then seqloader's details
+    (``batch``: the batch waited for, in words).
 
     Example:
-        >>> str(worker_error(timed_out=True, timeout=5, batch=3, worker_id=1, pid=42, exitcode=None,
+        >>> str(worker_error(timed_out=True, timeout=5, batch="batch 3", worker_id=1, pid=42, exitcode=None,
         ...                  doing="", detail=""))
         'DataLoader timed out after 5 seconds; seqloader: waiting for batch 3 from worker 1 (pid 42)'
-        >>> str(worker_error(timed_out=False, timeout=0, batch=3, worker_id=1, pid=42, exitcode=-9,
+        >>> str(worker_error(timed_out=False, timeout=0, batch="batch 3", worker_id=1, pid=42, exitcode=-9,
         ...                  doing="while producing batch 3", detail="...")).split(". ")[0]
         'DataLoader worker (pid 42) is killed by signal: Killed'
     """
     if timed_out:
         who = "" if worker_id is None else f" from worker {worker_id}" + (f" (pid {pid})" if pid is not None else "")
         return RuntimeError(f"DataLoader timed out after {timeout} seconds; seqloader: waiting for "
-                            f"batch {batch}{who}")
+                            f"{batch}{who}")
     return RuntimeError(f"{_death_head(pid, exitcode)}seqloader: worker {worker_id} (pid {pid}) died {doing} "
                         f"({detail})")
 

@@ -59,10 +59,11 @@ class LoaderVerbs:
         loaders do.
 
         Args:
-            epoch: a non-negative int.
+            epoch: an int in ``[0, 2**63)``.
 
         Raises:
-            ValueError: ``epoch`` is negative or not an int.
+            TypeError: ``epoch`` is not an int.
+            ValueError: ``epoch`` is negative or ``>= 2**63``.
 
         Example:
             >>> import seqloader
@@ -79,7 +80,10 @@ class LoaderVerbs:
             Traceback (most recent call last):
             ValueError: DataLoader.set_epoch: epoch must be a non-negative int (got -1)
         """
-        self._epochs.set_epoch(check_nonnegative_int("DataLoader.set_epoch", "epoch", epoch))
+        epoch = check_nonnegative_int("DataLoader.set_epoch", "epoch", epoch)
+        if epoch >= 2**63:
+            raise ValueError(f"DataLoader.set_epoch: epoch must be < 2**63 (got {epoch})")
+        self._epochs.set_epoch(epoch)
 
     def indices_at(self, epoch: int, step: int, rank: Optional[int] = None,
                    world_size: Optional[int] = None) -> Any:
@@ -87,10 +91,20 @@ class LoaderVerbs:
 
         Works for map-style datasets: a pure function of ``(seed, epoch, step)`` and the loader's
         arguments (a custom ``sampler``/``batch_sampler`` is read for that epoch). ``rank`` and
-        ``world_size`` default to ``torch.distributed``'s.
+        ``world_size`` default, each, to ``torch.distributed``'s.
+
+        Args:
+            epoch: an int in ``[0, 2**63)``.
+            step: the batch of that epoch on that rank, from 0.
+            rank, world_size: the process and the number of processes, ``0 <= rank < world_size``.
+
+        Returns:
+            The batch's dataset indices (a list; one index with ``batch_size=None``).
 
         Raises:
-            TypeError: an iterable dataset (its streams decide their items).
+            TypeError: an iterable dataset (its streams decide their items), or an argument that is
+                not an int.
+            ValueError: a negative ``epoch``, ``world_size < 1``, or ``rank`` outside ``[0, world_size)``.
             IndexError: ``step`` is not a batch of that epoch on that rank.
 
         Example:
@@ -103,6 +117,9 @@ class LoaderVerbs:
             >>> loader.indices_at(0, 3)
             Traceback (most recent call last):
             IndexError: DataLoader.indices_at: step 3 out of range [0, 3) of epoch 0 (rank 0 of 1)
+            >>> loader.indices_at(0, 1, rank=3, world_size=2)
+            Traceback (most recent call last):
+            ValueError: DataLoader.indices_at: rank 3 out of range [0, 2) (world_size=2); a rank is a process of the world
         """
         if self._is_iterable:
             raise TypeError("DataLoader.indices_at: an IterableDataset's streams decide their items; "
@@ -117,11 +134,21 @@ class LoaderVerbs:
         dropped; each source goes on from its cursor (nothing is read twice or skipped). The change
         is recorded in the state (``"recipe"``): a resume anywhere, with any ``num_workers`` or
         world size, reads what the uninterrupted run reads. Weights may be 0 (a source paused, or
-        added later). See ``docs/recipes.md``.
+        added later). See ``docs/recipes.md``. Everything is checked at the call, and a refused
+        call leaves the loader as it was.
+
+        Args:
+            weights: one number ``>= 0`` per source of the mixture (per dataset index for a
+                ``WeightedSampler``), at least one ``> 0``.
+            at_step: the global step from which they apply (``None``: the next batch returned);
+                not already read, ``< 2**63``.
 
         Raises:
-            TypeError: the dataset is not a mixture (nor the sampler reweightable).
-            ValueError: bad weights (naming the entry), ``shuffle=True``, or ``at_step`` already read.
+            TypeError: the dataset is not a mixture (nor the sampler reweightable), or ``weights``
+                is not a sequence of numbers.
+            ValueError: bad weights (their number, or naming the entry; the mixture's own limits,
+                such as the smallest share a mix block holds), ``shuffle=True``, or ``at_step``
+                already read.
 
         Example:
             >>> import seqloader
@@ -130,6 +157,11 @@ class LoaderVerbs:
             >>> it = iter(loader); first = next(it).tolist()
             >>> loader.set_weights([0, 1]); next(it).tolist()
             [102, 103, 104, 105]
+            >>> loader.set_weights([1, 2, 3])
+            Traceback (most recent call last):
+            ValueError: DataLoader.set_weights: weights must have one entry per source (2; got 3)
+            >>> next(it).tolist()
+            [106, 107, 108, 109]
         """
         target = self._user_sampler if callable(getattr(self._user_sampler, "reweight", None)) else self.dataset
         if target is self.dataset:
@@ -149,15 +181,25 @@ class LoaderVerbs:
         every rank has the same number; every other batch is unchanged, and the epoch ends that
         many samples earlier. The skips are part of the state (ranges, not per-sample lists).
 
+        Args:
+            indices: dataset indices, each in ``[0, len(dataset))``.
+            steps: a ``range`` of global steps (step 1), or a ``(start, stop)`` pair: steps of the
+                epoch being read, not already read.
+
         Raises:
-            TypeError: nothing to skip, or a custom ``sampler``/``batch_sampler`` or an ``IterableDataset``.
-            ValueError: a negative index, or steps already read.
+            TypeError: nothing to skip, arguments of the wrong type, or a custom
+                ``sampler``/``batch_sampler`` or an ``IterableDataset``.
+            ValueError: an index outside the dataset, steps already read, or steps past the end of
+                the epoch being read (nothing of theirs would be skipped).
 
         Example:
             >>> import seqloader
             >>> loader = seqloader.DataLoader(list(range(10)), batch_size=4, seed=0)
             >>> loader.skip(indices=[1, 2]); [b.tolist() for b in loader]
             [[0, 9, 8, 3], [4, 5, 6, 7]]
+            >>> loader.skip(indices=[10])
+            Traceback (most recent call last):
+            ValueError: DataLoader.skip: indices holds 10, outside [0, 10) (the dataset's indices)
         """
         if self._is_iterable or not self._builtin_order:
             raise TypeError("DataLoader.skip: skipping needs the loader's own order (a map-style dataset with "
@@ -167,20 +209,38 @@ class LoaderVerbs:
     def state_at(self, epoch: int, step: int, world_size: Optional[int] = None) -> dict:
         """The state this loader would have after ``step`` batches of ``epoch`` on every rank: what
         a rank that lost its state resumes from, knowing ``(seed, epoch, step, world size)`` alone
-        (the seed and the recipe's changes are this loader's).
+        (the seed and the recipe's changes are this loader's). It checks its arguments as
+        :meth:`indices_at` does, except that ``step`` may be the epoch's number of batches (the
+        state after its last batch).
+
+        Args:
+            epoch: an int in ``[0, 2**63)``.
+            step: batches read of that epoch, from 0 to the epoch's number of batches per rank.
+            world_size: the number of processes (``None``: ``torch.distributed``'s).
+
+        Returns:
+            A state dict for :meth:`load_state_dict`.
+
+        Raises:
+            TypeError: an iterable dataset or a custom sampler, or an argument that is not an int.
+            ValueError: a negative ``epoch`` or ``world_size < 1``.
+            IndexError: ``step`` is more than the epoch's batches.
 
         Example:
             >>> import seqloader
             >>> loader = seqloader.DataLoader(range(10), batch_size=2, shuffle=True, seed=5)
             >>> sd = loader.state_at(epoch=1, step=3, world_size=1); sd["epoch"], sd["position"]
             (1, 6)
+            >>> loader.state_at(epoch=1, step=6, world_size=1)
+            Traceback (most recent call last):
+            IndexError: DataLoader.state_at: step 6 out of range [0, 6) of epoch 1 (rank 0 of 1)
         """
         if self._is_iterable or not self._builtin_order:
             raise TypeError("DataLoader.state_at: a state from (epoch, step) needs the loader's own order "
                             "(a map-style dataset, no custom sampler)")
-        epoch = check_nonnegative_int("DataLoader.state_at", "epoch", epoch)
-        step = check_nonnegative_int("DataLoader.state_at", "step", step)
+        recipe = self._recipe()
         size = world.current_world()[1] if world_size is None else world_size
-        position = min(self._recipe().position_of_step(step, 0, 0, size), self._recipe().order(epoch).n)
+        _, step = recipe.step_plan("DataLoader.state_at", epoch, step, 0, size, after=True)
+        position = min(recipe.position_of_step(step, 0, 0, size), recipe.order(epoch).n)
         return LoaderState.from_dict({**self.state_dict(), "epoch": epoch, "position": position, "ahead": [],
                                       "step": step}).to_dict()

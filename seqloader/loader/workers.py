@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from seqloader.errors import check_int
+from seqloader.loader.iterator import describe_batch
 from seqloader.loader.thread_workers import GlobalDrawProbe, ThreadWorkerSetup
 from seqloader.loader.torch_compat import install_worker_info, numpy_worker_seed
 from seqloader.prefetcher.api import prefetch
@@ -161,12 +162,12 @@ class Workers:
         self._respawn: Optional[Callable[[int], Any]] = None  # its current epoch's respawn
 
     def open(self, loader: Any, seq: Any, epoch: int, affinity: bool = True,
-             respawn: Optional[Callable[[int], Any]] = None,
-             describe: Optional[Callable[[int], str]] = None) -> Prefetch:
+             respawn: Optional[Callable[[int], Any]] = None) -> Prefetch:
         """A ``Prefetch`` reading ``seq`` (the batches of ``epoch``) with ``loader``'s settings;
         ``affinity``: batch ``i`` on worker ``i % num_workers`` (else any free worker);
         ``respawn``: what a replacement of a dead worker reads (``None``: ``seq``), with
-        ``max_worker_restarts``; ``describe(i)``: how messages name batch ``i``."""
+        ``max_worker_restarts``. Messages about a dead worker name the batch and its dataset
+        indices (``describe_batch``)."""
         self._respawn = respawn
         if self.prefetch is not None and not self.prefetch.closed:
             self.prefetch.reset(seq)
@@ -177,7 +178,7 @@ class Workers:
             setup = ThreadWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, self.probe,
                                       copy_dataset=isinstance(loader.dataset, torch.utils.data.IterableDataset))
             pf = prefetch(seq, n, method="thread", prefetch_factor=loader.prefetch_factor, worker_init_fn=setup,
-                          timeout=loader.timeout, affinity=affinity, describe=describe)
+                          timeout=loader.timeout, affinity=affinity, describe=describe_batch)
         else:
             threads = loader.threads_per_worker
             thread_setup = None if threads == 1 else ThreadWorkerSetup(n, base, loader.dataset, None, stages,
@@ -190,7 +191,7 @@ class Workers:
                           worker_init_fn=TorchWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, threads),
                           timeout=loader.timeout, shared=loader.dataset, affinity=affinity, restarts=restarts,
                           respawn=respawn if restarts else None, threads_per_worker=threads,
-                          thread_init_fn=thread_setup, describe=describe)
+                          thread_init_fn=thread_setup, describe=describe_batch)
         if loader.persistent_workers:
             self.prefetch = pf
         return pf

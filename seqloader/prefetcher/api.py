@@ -29,7 +29,7 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
              timeout: float = 0, shared: Any = None, affinity: bool = True, restarts: int = 0,
              respawn: Callable[[int], Any] | None = None, threads_per_worker: int = 1,
              thread_init_fn: Callable[[int, int], None] | None = None,
-             describe: Callable[[int], str] | None = None) -> Prefetch:
+             describe: Callable[[Any, int], str] | None = None) -> Prefetch:
     """Compute the items of ``seq`` ahead of the reader, in ``num_workers`` worker processes
     (or, with ``method="thread"``, threads of this process).
 
@@ -69,7 +69,11 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
         threads_per_worker: items each worker process computes at once (``method="process"``).
         thread_init_fn: ``thread_init_fn(worker_id, thread)`` in each thread of a worker process
             (``threads_per_worker > 1``).
-        describe: ``describe(i) -> str``, how messages name item ``i`` (default ``"item i"``).
+        describe: ``describe(seq, i) -> str``, the words for item ``i`` of ``seq`` (the sequence
+            being read: the first, or the latest :meth:`Prefetch.reset`'s) in the messages about a
+            dead worker (the healing WARNING, ``WorkerDied``); ``None``: ``"item {i}"``. A layer
+            above names its items this way (the loader: a batch and its dataset indices) without
+            the prefetcher knowing what they are.
         prefetch_factor: jobs in flight per worker (per thread of a worker process), ``>= 1``.
         multiprocessing_context: ``None`` (platform default), ``"fork"``, ``"spawn"``,
             ``"forkserver"`` or a ``multiprocessing`` context object.

@@ -28,7 +28,8 @@ failing. The rules (also the healing NOTE in :mod:`seqloader.prefetcher.processe
   ``respawn`` raises ``WorkerDied`` naming the dead worker, with that error as ``__cause__``.
   Every error closes the ``Prefetch`` first.
 * **Never silent.** Each replacement logs a WARNING on the ``seqloader`` logger naming the
-  worker, its pid, how it died, the item, and the items recomputed, and is counted in
+  worker, its pid, how it died, the item (in the owner's words: ``prefetch(describe=)``; the
+  loader names a batch and its dataset indices), and the items recomputed, and is counted in
   :meth:`~seqloader.prefetcher.prefetch.Prefetch.counters` (``"restarts"``, per worker and in
   all).
 """
@@ -59,14 +60,10 @@ class Healer:
             (``None``, or a ``None`` result: the current sequence).
         seq: the current sequence (the owner calls :meth:`sequence_changed` on ``reset``).
         start_limit: seconds a replacement may take to finish its set-up.
-        describe: ``describe(item) -> str``, how messages name an item (default ``"item 6"``):
-            the layer above knows what an item is (a batch and its dataset indices).
     """
 
-    def __init__(self, restarts: int, respawn: Optional[Callable[[int], Any]], seq: Any, start_limit: float,
-                 describe: Optional[Callable[[int], str]] = None):
+    def __init__(self, restarts: int, respawn: Optional[Callable[[int], Any]], seq: Any, start_limit: float):
         self.restarts, self.respawn, self.start_limit = restarts, respawn, start_limit
-        self.describe = describe
         self.seq = seq
         self.used = 0  # replacements for the current sequence
         self._killed: dict[int, str] = {}  # item -> how it killed a worker (current sequence)
@@ -83,8 +80,7 @@ class Healer:
             inbox.fail_dead(m, reading, "; not replaced again: it replaced a worker that also died "
                                         "before its set-up finished")
         if item is not None and item in self._killed:
-            named = self.describe(item) if self.describe is not None else f"item {item}"
-            inbox.fail_dead(m, reading, f"; {named} killed two workers (first: "
+            inbox.fail_dead(m, reading, f"; {inbox.item_name(item)} killed two workers (first: "
                                         f"{self._killed[item]}), so it is a poison item and is not computed again",
                             poison=True)
         if self.used >= self.restarts:
@@ -122,10 +118,9 @@ class Healer:
         self.used += 1
         if item is not None:
             self._killed[item] = killer
-        what = f" ({self.describe(item)})" if item is not None and self.describe is not None else ""
         redo = ", ".join(map(str, sorted(owed))) or "none"
-        _log.warning("%s: %s%s; replaced by %s, restart %d of at most %d for this sequence "
-                     "(%s); items computed again: %s", inbox.label, how, what, inbox.executor.who(new.worker_id),
+        _log.warning("%s: %s; replaced by %s, restart %d of at most %d for this sequence "
+                     "(%s); items computed again: %s", inbox.label, how, inbox.executor.who(new.worker_id),
                      self.used, self.restarts, _short.repr(self.seq), redo)
 
     def check_starting(self, inbox: Inbox) -> None:

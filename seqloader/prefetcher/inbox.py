@@ -14,6 +14,7 @@ timeouts and deaths are written here, once for every executor.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable, NoReturn, Optional
 
@@ -46,6 +47,20 @@ class Inbox:
         self.ready_sum = 0   # ... and how many were already computed at each read (read-ahead used)
         self.stages: dict[str, float] = {}  # seconds per stage, summed over workers (when they time stages)
         self.healer: Any = None  # a Healer when dead workers are replaced (restarts > 0)
+        self._describe: Optional[Callable[[int], str]] = None  # the owner's words for an item
+
+    def name_items(self, describe: Optional[Callable[[Any, int], str]], seq: Any) -> None:
+        """Name the items of ``seq`` (the sequence now read) with ``describe(seq, i)`` in messages."""
+        self._describe = None if describe is None else functools.partial(describe, seq)
+
+    def item_name(self, i: int) -> str:
+        """The words for item ``i`` in a message: the owner's ``describe``, else ``"item {i}"``."""
+        if self._describe is not None:
+            try:
+                return self._describe(i)
+            except Exception as exc:  # a message must not fail: say so in it
+                return f"item {i} (describe raised {type(exc).__name__}: {exc})"
+        return f"item {i}"
 
     # -- generations -----------------------------------------------------------------------------
 
@@ -186,7 +201,7 @@ class Inbox:
         if not m.set_up:
             what = "while starting (before its set-up and worker_init_fn finished)"
         elif item is not None:
-            what = f"while producing item {item}"
+            what = f"while producing {self.item_name(item)}"
         else:
             what = "while idle" + (f" (reading item {reading})" if reading is not None else "")
         return f"seqloader {self.executor.who(m.worker_id)} {how} {what}", item

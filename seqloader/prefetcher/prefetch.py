@@ -53,13 +53,14 @@ class Prefetch(LazySequence):
         timeout: seconds to wait for one item (``0``: no bound but liveness).
         affinity: item ``i`` on worker ``i % num_workers`` (else the least busy).
         restarts, respawn: healing (:mod:`seqloader.prefetcher.healing`).
-        describe: ``describe(i) -> str``, how messages name item ``i`` (the layer above knows
-            it is a batch and which dataset indices it reads).
+        describe: ``describe(seq, i) -> str``, how messages about a dead worker name item ``i`` of
+            the sequence being read (the layer above knows it is a batch and which dataset
+            indices it reads).
     """
 
     def __init__(self, seq: Sequence[Any], executor: Executor, prefetch_factor: int, timeout: float,
                  affinity: bool = True, restarts: int = 0, respawn: Optional[Callable[[int], Any]] = None,
-                 describe: Optional[Callable[[int], str]] = None):
+                 describe: Optional[Callable[[Any, int], str]] = None):
         self._seq, self._len, self._timeout = seq, len(seq), timeout
         self._healing = (restarts, respawn, describe)
         self._pid = os.getpid()
@@ -74,10 +75,11 @@ class Prefetch(LazySequence):
         self._taker: Taker | None = None  # out-of-order reading (take), if that is the mode
         self._roster = Roster(executor, prefetch_factor, affinity)
         self._inbox = Inbox(self._roster, repr(self))
+        self._inbox.name_items(describe, self._seq)
         self._in_order = InOrder(self._inbox, self._roster)  # in-order reading; -1: not reading in order
         self._in_order.restart(0, self._len)
         if restarts:
-            self._inbox.healer = Healer(restarts, respawn, self._seq, max(START_TIMEOUT, self._timeout), describe)
+            self._inbox.healer = Healer(restarts, respawn, self._seq, max(START_TIMEOUT, self._timeout))
         self._ready = self._inbox.ready  # the same dict: index -> (reply, member)
         self._launched = False
 
@@ -285,6 +287,7 @@ class Prefetch(LazySequence):
         self._retarget()
         self._seq, self._len = seq, n
         self._inbox.label = repr(self)
+        self._inbox.name_items(self._healing[2], seq)
         self._in_order.restart(0, n)
         if self._inbox.healer is not None:
             self._inbox.healer.sequence_changed(seq)

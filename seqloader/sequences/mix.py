@@ -220,6 +220,11 @@ class _Mix(LazySequence[Any]):
         k, j = self._source_of_one(i)
         return read(self._seqs[k], j)
 
+    @property
+    def num_sources(self) -> int:
+        """How many sequences it mixes (the length of its ``weights``)."""
+        return len(self._seqs)
+
     def with_weights(self, weights: Sequence[float], *, at: int) -> MixSchedule:
         """This mixture up to position ``at``, then mixed with ``weights`` (zeros allowed):
         see :meth:`MixSchedule.with_weights <seqloader.sequences.mix_schedule.MixSchedule.with_weights>`."""

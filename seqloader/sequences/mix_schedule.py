@@ -290,6 +290,11 @@ class MixSchedule(LazySequence[Any]):
         return self._changes
 
     @property
+    def num_sources(self) -> int:
+        """How many sequences it mixes (the length of its ``weights``)."""
+        return len(self._base._seqs)
+
+    @property
     def base(self) -> LazySequence[Any]:
         """The static mixture the changes apply to."""
         return cast(LazySequence[Any], self._base)

@@ -192,3 +192,65 @@ def test_a_weighted_sampler_changes_weights_at_the_next_batch_and_resumes_with_t
     with pytest.raises(ValueError, match="fingerprint"):
         wrong.load_state_dict(sd)
     assert len(head) == 4
+
+
+def two_sources(num_workers=0):
+    return DataLoader(seqloader.mix([A, B], weights=[1, 1]), batch_size=4, seed=0, num_workers=num_workers)
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    ([1, 2, 3], ValueError, r"^DataLoader.set_weights: weights must have one entry per source \(2; got 3\)"),
+    ([1], ValueError, r"^DataLoader.set_weights: weights must have one entry per source \(2; got 1\)"),
+    ([1, 1e-9], ValueError, r"^DataLoader.set_weights: the mixture refuses weights=\[1, 1e-09\] .*weights\[1\] is "
+                            r"too small"),
+    ([0, 0], ValueError, r"at least one weight must be > 0"),
+    ("11", TypeError, r"weights must be a sequence of numbers"),
+])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_refused_weights_raise_at_the_call_and_leave_the_loader_as_it_was(bad, error, match, num_workers):
+    ref = two_sources()
+    want = [list(ref), list(ref)]
+    loader = two_sources(num_workers)
+    it = iter(loader)
+    got = [next(it), next(it)]
+    before = loader.state_dict()
+    with pytest.raises(error, match=match):
+        loader.set_weights(bad)
+    with pytest.raises(error, match=match):
+        loader.set_weights(bad, at_step=len(loader) + 3)  # beyond the epoch: refused now too, not when it comes
+    assert loader.state_dict() == before
+    got.append(next(it))  # next() works, on the same batches
+    sd = json_round_trip(loader.state_dict())
+    got += list(it)
+    assert_batches_equal(got, want[0], "the epoch around the refused calls")
+    resumed = two_sources()
+    resumed.load_state_dict(sd)  # a state saved after the refused call loads and resumes
+    assert_batches_equal(list(resumed), want[0][3:], "resumed after the refused call")
+    loader.set_weights([0, 1])  # a correct call afterwards works
+    assert {source_of(x) for b in loader for x in b.tolist()} == {1}
+    resumed = two_sources()
+    resumed.load_state_dict(json_round_trip(loader.state_dict()))
+
+
+def test_at_step_beyond_an_int64_is_refused_naming_it():
+    loader = two_sources()
+    with pytest.raises(ValueError, match=r"DataLoader.set_weights: at_step must be < 2\*\*63"):
+        loader.set_weights([1, 1], at_step=2**63)
+    assert loader.state_dict()["recipe"] is None
+
+
+def test_a_weighted_samplers_refused_weights_leave_the_loader_as_it_was():
+    loader = weighted(0, [1.0] * 10)
+    want = list(weighted(0, [1.0] * 10))
+    it = iter(loader)
+    got = [next(it)]
+    before = loader.state_dict()
+    with pytest.raises(ValueError, match=r"WeightedSampler.reweight: weights has 3 entries but the sampler has 10"):
+        loader.set_weights([1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match=r"WeightedSampler.reweight: weights must be >= 0 \(weights\[2\] is -1.0\)"):
+        loader.set_weights([1.0, 1.0, -1.0] + [1.0] * 7)
+    assert loader.state_dict() == before
+    got += list(it)
+    assert_batches_equal(got, want)
+    resumed = weighted(0, [1.0] * 10)
+    resumed.load_state_dict(json_round_trip(before))

@@ -10,6 +10,8 @@ import json
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seqloader import DataLoader
 from seqloader.loader import world as topology
@@ -233,7 +235,87 @@ def test_skip_arguments_are_checked():
     next(it), next(it)
     with pytest.raises(TypeError, match="give indices=, steps=, or both"):
         run.skip()
-    with pytest.raises(ValueError, match="at_step=1 was already read"):
+    with pytest.raises(ValueError, match="steps' start=1 was already read"):
         run.skip(steps=range(1, 3))
     with pytest.raises(TypeError, match="DataLoader.skip: skipping needs the loader's own order"):
         DataLoader(list(range(N)), sampler=list(range(N))).skip(indices=[1])
+
+
+# -- what indices_at, state_at and skip refuse ---------------------------------------------------------
+
+
+def test_indices_at_refuses_a_rank_outside_the_world_and_takes_each_default_alone(monkeypatch):
+    run = loader(bs=4, shuffle=False)
+    with pytest.raises(ValueError, match=r"DataLoader.indices_at: rank 3 out of range \[0, 2\) \(world_size=2\)"):
+        run.indices_at(0, 1, rank=3, world_size=2)
+    with pytest.raises(ValueError, match=r"rank -1 out of range"):
+        run.indices_at(0, 0, rank=-1, world_size=2)
+    with pytest.raises(ValueError, match=r"world_size must be >= 1 \(got 0\)"):
+        run.indices_at(0, 0, rank=0, world_size=0)
+    with pytest.raises(TypeError, match=r"world_size must be an int"):
+        run.indices_at(0, 0, rank=0, world_size=2.0)
+    with pytest.raises(ValueError, match=r"epoch must be < 2\*\*63"):
+        run.indices_at(2**63, 0)
+    # a world_size alone keeps this process's rank (0 here), and a rank alone this world: never ignored
+    assert run.indices_at(0, 0, world_size=2) == [0, 2, 4, 6]
+    monkeypatch.setattr(topology, "current_world", lambda: (1, 2))
+    assert run.indices_at(0, 0, world_size=4) == [1, 5, 9, 13]
+    with pytest.raises(ValueError, match=r"rank 2 out of range \[0, 2\)"):
+        run.indices_at(0, 0, rank=2)
+
+
+@settings(deadline=None, max_examples=40)
+@given(n=st.integers(1, 60), bs=st.integers(1, 7), drop_last=st.booleans(), world_size=st.integers(1, 4),
+       epoch=st.integers(0, 3), extra=st.integers(-2, 2))
+def test_state_at_refuses_what_indices_at_refuses(n, bs, drop_last, world_size, epoch, extra):
+    run = DataLoader(list(range(n)), batch_size=bs, shuffle=True, seed=3, drop_last=drop_last)
+    per_rank = n // world_size if drop_last else -(-n // world_size)  # DistributedSampler's layout
+    steps = per_rank // bs if drop_last else -(-per_rank // bs)
+    step = steps + extra
+    if 0 <= step < steps:  # a batch: both answer, and the state resumes at that batch
+        idx = run.indices_at(epoch, step, rank=0, world_size=world_size)
+        sd = run.state_at(epoch, step, world_size=world_size)
+        if world_size == 1:
+            resumed = DataLoader(list(range(n)), batch_size=bs, shuffle=True, seed=3, drop_last=drop_last)
+            resumed.load_state_dict(sd)
+            assert next(iter(resumed)).tolist() == idx
+    elif step == steps:  # after the last batch: a state, but no batch
+        with pytest.raises(IndexError, match=rf"DataLoader.indices_at: step {step} out of range \[0, {steps}\)"):
+            run.indices_at(epoch, step, rank=0, world_size=world_size)
+        sd = run.state_at(epoch, step, world_size=world_size)
+        resumed = DataLoader(list(range(n)), batch_size=bs, shuffle=True, seed=3, drop_last=drop_last)
+        resumed.load_state_dict(sd)
+        if world_size == 1:
+            assert list(resumed) == []  # the rest of the epoch is empty
+    else:  # past the end, or negative: both refuse
+        with pytest.raises(IndexError, match=r"DataLoader.indices_at: step -?\d+ out of range"):
+            run.indices_at(epoch, step, rank=0, world_size=world_size)
+        with pytest.raises(IndexError, match=r"DataLoader.state_at: step -?\d+ out of range"):
+            run.state_at(epoch, step, world_size=world_size)
+    for call in (lambda: run.indices_at(epoch, 0, rank=world_size, world_size=world_size),
+                 lambda: run.state_at(epoch, 0, world_size=0)):
+        with pytest.raises(ValueError, match=r"out of range|world_size must be >= 1"):
+            call()
+
+
+def test_skip_refuses_indices_outside_the_dataset_and_steps_past_the_epoch():
+    run = DataLoader(list(range(20)), batch_size=4, shuffle=True, seed=7)
+    it = iter(run)
+    next(it)
+    before = run.state_dict()
+    for kw, error, match in [
+        ({"indices": [3, 25]}, ValueError, r"DataLoader.skip: indices holds 25, outside \[0, 20\)"),
+        ({"indices": [20]}, ValueError, r"indices holds 20, outside \[0, 20\)"),
+        ({"indices": 5}, TypeError, r"indices must be an iterable of ints \(got int\)"),
+        ({"steps": range(10, 20)}, ValueError, r"steps=range\(10, 20\) reaches past the end of epoch 0, whose last "
+                                               r"step is 4"),
+        ({"steps": (3, 6)}, ValueError, r"steps=\(3, 6\) reaches past the end of epoch 0, whose last step is 4"),
+        ({"steps": 5}, TypeError, r"steps must be a range or a \(start, stop\) pair \(got 5\)"),
+        ({"steps": range(2**63, 2**63 + 1)}, ValueError, r"steps' start must be < 2\*\*63"),
+    ]:
+        with pytest.raises(error, match=match):
+            run.skip(**kw)
+        assert run.state_dict() == before, kw
+    run.skip(indices=[19], steps=(3, 5))  # the last steps of the epoch, and the last index: accepted
+    rest = [b.tolist() for b in it]
+    assert len(rest) == 2 and 19 not in {x for b in rest for x in b}

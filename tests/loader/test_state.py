@@ -46,10 +46,10 @@ def test_json_small_and_same_keys_and_types_before_mid_and_after(kw):
 
 def test_state_values():
     sd = make().state_dict()
-    assert sd == {"format": "seqloader.DataLoader", "version": 3, "seed": 3, "epoch": 0, "position": 0,
+    assert sd == {"format": "seqloader.DataLoader", "version": 4, "seed": 3, "epoch": 0, "position": 0,
                   "ahead": [], "step": 0, "dataset_len": 10, "batch_size": 4, "drop_last": False, "shuffle": True,
                   "derivation": 2, "sampler_len": None, "sampler_epoch": None,
-                  "sampler": None, "dataset": None, "iterable": None, "recipe": None, "files": None,
+                  "sampler": None, "dataset": None, "iterable": None, "recipe": None, "files": [],
                   "saved_with": {"num_workers": 0, "world_size": 1}}
 
 
@@ -71,14 +71,18 @@ def test_saved_with_is_ignored_and_the_seed_comes_from_the_state():
     ("shuffle", False, "'shuffle' is False in the state_dict but this loader has shuffle=True"),
     ("sampler", {"x": 1}, "'sampler' holds a state in the state_dict but this loader's sampler has no state"),
     ("format", "torchdata", "unknown format 'torchdata'"),
-    ("version", 4, "version 4, newer than this seqloader's version 3"),
+    ("version", 5, "version 5, newer than this seqloader's version 4"),
     ("step", -1, "'step' must be a non-negative int"),
     ("recipe", {"weights": [[0, 0]]}, "'recipe.weights\\[0\\]' must be \\[step, epoch or None"),
-    ("files", {"files": 3}, "'files' must be None or a dict"),
+    ("files", {"files": 3}, "'files' must be None or a list of file-list descriptions"),
+    ("files", [{"files": 3}], "'files\\[0\\]' must be a dict with the keys \\['files', 'fingerprint'\\]"),
+    ("files", [{"files": "3", "fingerprint": "ab"}], "'files\\[0\\].files' must be a non-negative int < 2\\*\\*63"),
+    ("files", [{"files": 3, "fingerprint": "ab"}], "'files' describes 1 source\\(s\\) of files but this loader's "
+                                                   "dataset reads 0 \\(none\\).*check_files=False"),
     ("derivation", 3, "'derivation' must be one of \\[1, 2\\]"),
     ("sampler_epoch", "1", "'sampler_epoch' must be None or an int"),
     ("version", "1", "'version' must be a positive int"),
-    ("epoch", -1, "'epoch' must be a non-negative int \\(got -1\\)"),
+    ("epoch", -1, "'epoch' must be a non-negative int < 2\\*\\*63 \\(got -1\\)"),
     ("position", 1.5, "'position' must be a non-negative int"),
     ("seed", 2**64, "'seed' must be an int in \\[0, 2\\*\\*64\\)"),
     ("drop_last", 0, "'drop_last' must be a bool"),
@@ -109,7 +113,7 @@ def test_missing_key_and_not_a_dict():
 
 
 def test_migrations_upgrade_one_version_at_a_time(monkeypatch):
-    """Pretend the current version is 4: a version-1 state goes through _MIGRATIONS[1], [2] then [3]."""
+    """Pretend the current version is 5: a version-1 state goes through _MIGRATIONS[1], [2], [3] then [4]."""
     calls = []
 
     def step(v):
@@ -119,30 +123,30 @@ def test_migrations_upgrade_one_version_at_a_time(monkeypatch):
         return migrate
 
     sd = {**make().state_dict(), "version": 1}
-    monkeypatch.setattr(state_mod, "VERSION", 4)
-    monkeypatch.setitem(state_mod._MIGRATIONS, 1, step(1))
-    monkeypatch.setitem(state_mod._MIGRATIONS, 2, step(2))
-    monkeypatch.setitem(state_mod._MIGRATIONS, 3, step(3))
-    assert LoaderState.from_dict(sd).position == 3 and calls == [1, 2, 3]
+    monkeypatch.setattr(state_mod, "VERSION", 5)
+    for v in (1, 2, 3, 4):
+        monkeypatch.setitem(state_mod._MIGRATIONS, v, step(v))
+    assert LoaderState.from_dict(sd).position == 4 and calls == [1, 2, 3, 4]
     assert state_mod._MIGRATIONS is not None
 
 
 def test_the_real_migration_from_version_1_keeps_every_meaning_and_names_derivation_1():
-    v3 = make().state_dict()
-    v1 = {k: v for k, v in v3.items() if k not in ("derivation", "sampler_epoch", "ahead", "step", "recipe", "files")}
+    v4 = make().state_dict()
+    v1 = {k: v for k, v in v4.items() if k not in ("derivation", "sampler_epoch", "ahead", "step", "recipe", "files")}
     v1["version"] = 1
     migrated = LoaderState.from_dict(v1).to_dict()
-    assert migrated == {**v3, "derivation": 1, "sampler_epoch": None, "ahead": []}
+    # files: not recorded before version 3 (None: not checked)
+    assert migrated == {**v4, "derivation": 1, "sampler_epoch": None, "ahead": [], "files": None}
 
 
 def test_the_migration_from_version_2_counts_the_steps_before_the_position():
     loader = make()
     it = iter(loader)
     next(it), next(it)
-    v3 = loader.state_dict()
-    v2 = {k: v for k, v in v3.items() if k not in ("step", "recipe", "files")}
+    v4 = loader.state_dict()
+    v2 = {k: v for k, v in v4.items() if k not in ("step", "recipe", "files")}
     v2["version"] = 2
-    assert LoaderState.from_dict(v2).to_dict() == v3 and v3["step"] == 2
+    assert LoaderState.from_dict(v2).to_dict() == {**v4, "files": None} and v4["step"] == 2
     resumed = make()
     resumed.load_state_dict(v2)
     assert [b.tolist() for b in resumed] == [b.tolist() for b in it]
@@ -235,7 +239,7 @@ V1_NEXT = [[[8, 988], [6, 734], [11, 212]], [[1, 338], [10, 758], [3, 430]], [[4
 def test_a_version_1_state_resumes_exactly_as_seqloader_0_1_did(num_workers):
     loader = DataLoader(_Augmented(), batch_size=3, shuffle=True, seed=7, num_workers=num_workers)
     loader.load_state_dict(V1_STATE)
-    assert loader.state_dict()["derivation"] == 1 and loader.state_dict()["version"] == 3
+    assert loader.state_dict()["derivation"] == 1 and loader.state_dict()["version"] == 4
     assert [b.tolist() for b in loader] == V1_REST
     assert [b.tolist() for b in loader] == V1_NEXT  # later epochs keep the state's derivation
 

@@ -303,7 +303,7 @@ def test_a_timeout_names_the_batch_and_its_thread_worker():
     assert [next(it).tolist(), next(it).tolist()] == [[0, 1], [2, 3]]
     try:
         with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0.05 seconds; seqloader: waiting for "
-                                               r"batch 2 from worker 0"):
+                                               r"batch 2 \(dataset indices \[4, 5\]\) from worker 0"):
             next(it)
     finally:
         event.set()

@@ -11,7 +11,9 @@ test can check how many kills happened). Nothing waits on a timer. Every batch i
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
+import re
 import signal
 
 import pytest
@@ -64,10 +66,12 @@ class Samples(torch.utils.data.Dataset):
 
 class Sharded(torch.utils.data.IterableDataset):
     """Worker ``w`` of ``n`` yields ``[v, draw]`` for ``v`` in ``range(w, total, n)``; Stateful
-    (tests/loader/test_iterable_streams.py's); ``kills`` as in :class:`Samples`, by value."""
+    (tests/loader/test_iterable_streams.py's); ``kills`` as in :class:`Samples`, by value; with a
+    ``gate`` (an event), a value in ``kills`` waits for it first (a bound of 60 s, not a timing)."""
 
-    def __init__(self, directory=None, kills=None, total=30):
+    def __init__(self, directory=None, kills=None, total=30, gate=None):
         self.directory, self.kills, self.total, self.start, self.pos = directory, kills or {}, total, 0, 0
+        self.gate = gate
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
@@ -75,6 +79,8 @@ class Sharded(torch.utils.data.IterableDataset):
         mine = list(range(w, self.total, n))
         start, self.start = self.start, 0
         for self.pos in range(start, len(mine)):
+            if self.gate is not None and mine[self.pos] in self.kills:
+                self.gate.wait(60)
             maybe_die(self.directory, self.kills, mine[self.pos])
             yield torch.tensor([mine[self.pos], int(torch.randint(0, 10**6, ()))])
         self.pos = len(mine)
@@ -137,7 +143,9 @@ def test_batches_are_bit_identical_to_an_uninterrupted_run(tmp_path, caplog, kin
     assert sum(w["restarts"] for w in stats["current"]["workers"]) == 1
     (line,) = warnings_logged(caplog)
     what = "epoch_batches" if kind == "map" else "stream_batches"
-    assert "was killed by SIGKILL while producing item" in line and "replaced by worker" in line
+    # the batch, in the loader's words: with its dataset indices (the victim's among them) for a map-style epoch
+    named = (rf"batch \d+ \(dataset indices \[[\d, ]*\b{victim}\b[\d, ]*\]\)" if kind == "map" else r"batch \d+")
+    assert re.search(rf"was killed by SIGKILL while producing {named}; replaced by worker", line), line
     assert what in line and "epoch=1" in line and "pid" in line
 
 
@@ -192,17 +200,23 @@ def test_without_restarts_a_dead_worker_raises_torchs_message_as_before(tmp_path
     caplog.set_level(logging.WARNING, logger="seqloader")
     loader = map_loader(Samples(str(tmp_path), {9: {0}}), shuffle=False)
     with pytest.raises(RuntimeError, match=r"^DataLoader worker \(pid \d+\) is killed by signal: Killed\. "
-                                           r"seqloader: worker 0 \(pid \d+\) died while producing batch 2 "):
+                                           r"seqloader: worker 0 \(pid \d+\) died while producing batch 2 "
+                                           r"\(dataset indices \[8, 9, 10, 11\]\) "):
         list(loader)
     assert kills_in(tmp_path) == 1 and not warnings_logged(caplog)
 
 
 def test_a_stream_without_state_cannot_be_restarted_exactly_and_says_so(tmp_path):
-    # value 5 is worker 1's third batch (values 1, 3 | 5, 7): its first batch was yielded
-    loader = iterable_loader(NoState(str(tmp_path), {5: {0}}), max_worker_restarts=2)
+    # value 5 is worker 1's second batch (values 1, 3 | 5, 7): it dies once its first batch was
+    # yielded (the gate opens then; else that batch would be recomputed, and nothing is lost)
+    gate = multiprocessing.get_context("fork").Event()
+    loader = iterable_loader(NoState(str(tmp_path), {5: {0}}, gate=gate), max_worker_restarts=2)
+    it = iter(loader)
+    next(it), next(it)  # batch 1 is stream 1's first
+    gate.set()
     with pytest.raises(RuntimeError, match=r"^DataLoader worker \(pid \d+\) is killed by signal: Killed\. .*"
                                            r"the stream of worker 1 \(NoState\) cannot be restarted exactly"):
-        list(loader)
+        list(it)
     assert kills_in(tmp_path) == 1
 
 
@@ -214,3 +228,35 @@ def test_the_keyword_is_checked():
         DataLoader(range(4), num_workers=1, max_worker_restarts=-1)
     with pytest.raises(TypeError, match="max_worker_restarts must be an int"):
         DataLoader(range(4), num_workers=1, max_worker_restarts=True)
+
+
+class Gated(torch.utils.data.Dataset):
+    """Sample ``i`` is ``tensor(i)``; the samples in ``held`` wait for ``gate`` (an event the test
+    sets once the timeout was raised; 120 s is a bound, not a timing)."""
+
+    def __init__(self, gate=None, held=(), n=12):
+        self.gate, self.held, self.n = gate, set(held), n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i in self.held:
+            self.gate.wait(120)
+        return torch.tensor(i)
+
+
+def test_a_timeout_names_the_batch_and_its_dataset_indices_and_the_epoch_goes_on():
+    kw = {"batch_size": 4, "shuffle": True, "seed": 3}
+    ref = DataLoader(Gated(), **kw)
+    want, first = list(ref), ref.indices_at(0, 0)
+    gate = multiprocessing.get_context("fork").Event()
+    loader = DataLoader(Gated(gate, held=first[1:2]), num_workers=1, timeout=0.2, prefetch_factor=1,
+                        multiprocessing_context="fork", **kw)
+    it = iter(loader)
+    shown = ", ".join(map(str, first))
+    with pytest.raises(RuntimeError, match=rf"^DataLoader timed out after 0.2 seconds; seqloader: waiting for batch 0 "
+                                           rf"\(dataset indices \[{shown}\]\) from worker 0 \(pid \d+\)$"):
+        next(it)
+    gate.set()
+    assert_batches_equal(list(it), want, "the epoch after the timeout")  # nothing was consumed

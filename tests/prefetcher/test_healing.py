@@ -292,3 +292,26 @@ def test_arguments_are_checked():
         prefetch(range(3), 1, restarts=1, respawn=3)
     with pytest.raises(ValueError, match="restarts applies to method='process' only"):
         prefetch(range(3), 1, method="thread", restarts=1)
+
+
+def test_describe_names_the_item_in_the_owners_words_and_follows_reset(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="seqloader")
+
+    def describe(seq, i):
+        if i == 7:
+            raise KeyError("no name")
+        return f"row {i} of a sequence of {len(seq)}"
+
+    with prefetch(KillsAt(tmp_path, n=10), num_workers=2, restarts=1, describe=describe) as p:
+        assert list(p) == [10 * i for i in range(10)]
+        p.reset(KillsAt(tmp_path, n=12, once={5}))  # the words follow the sequence read
+        assert list(p) == [10 * i for i in range(12)]
+        p.reset(KillsAt(tmp_path, n=9, once={7}))
+        assert list(p) == [10 * i for i in range(9)]
+    first, second = heal_records(caplog)
+    assert "was killed by SIGKILL while producing row 5 of a sequence of 12;" in first
+    assert "while producing item 7 (describe raised KeyError: 'no name');" in second  # a message never fails
+    with pytest.raises(TypeError, match="describe must be callable or None"):
+        prefetch(range(3), num_workers=1, describe="row")
+    with prefetch(range(3), num_workers=1, method="thread", describe=describe) as p:  # any executor names items
+        assert list(p) == [0, 1, 2]
