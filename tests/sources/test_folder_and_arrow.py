@@ -38,7 +38,9 @@ def test_image_folder_lists_once_sorted_with_classes_from_folder_names(root):
     assert src.__getitems__([4, 0, -1]) == [want[4], want[0], want[4]]
     assert src.blocks().tolist() == [1, 2, 3, 4, 5]
     assert len(image_folder(root, extensions=None)) == 6
-    assert image_folder(root, extensions=["txt"])[0] == (b"eel/notes.txt", 0)
+    with pytest.raises(FileNotFoundError, match=r"image_folder: Found no valid file for the classes cat, dog\. "
+                                                r"Supported extensions are: \.txt \(in .*root\)"):
+        image_folder(root, extensions=["txt"])   # torchvision's error: dropping them would shift the labels
     assert image_folder(root, transform=lambda b: b.decode().upper())[0] == ("CAT/C1.JPG", 0)
     assert list(pickle.loads(pickle.dumps(src))) == want
 
