@@ -87,8 +87,9 @@ def remote_version(info: dict) -> tuple[str, bool]:
     if parts:
         return ",".join(parts), True
     for key in _MTIME_KEYS:
-        if info.get(key):
-            return f"mtime:{info[key]}", False
+        value = info.get(key)
+        if value:   # (one filesystem gives a datetime from info() and a float from find(): compare numbers)
+            return f"mtime:{value.timestamp() if hasattr(value, 'timestamp') else value}", False
     return "", False
 
 
