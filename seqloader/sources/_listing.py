@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 from seqloader.sources._process import optional_import
 
 __all__ = ["FileInfo", "Listing", "resolve", "local_info", "local_version", "remote_version", "warn_weak",
-           "common_root"]
+           "common_root", "content_identity"]
 
 _GLOB_CHARS = ("*", "?", "[")
 #: Keys of an fsspec ``info`` dict that hold a strong validator, in order of preference.
@@ -74,9 +74,16 @@ def local_info(path: str) -> FileInfo:
     return FileInfo(path, st.st_size, local_version(st))
 
 
+def content_identity(version: str) -> bool:
+    """Whether a validator names the content itself (an object store's version id or ETag, which
+    change with every write), so that reading the file again to compare adds nothing."""
+    return version.startswith(("version:", "etag:"))
+
+
 def remote_version(info: dict) -> tuple[str, bool]:
-    """``(validator, strong)`` from an fsspec ``info`` dict: version id and ETag (strong), else the
-    modification time (weak), else ``""``.
+    """``(validator, strong)`` from an fsspec ``info`` dict: version id and ETag (strong), inode,
+    ctime and mtime (strong: a local filesystem behind fsspec), else the modification time (weak),
+    else ``""``.
 
     Example:
         >>> remote_version({"ETag": '"abc"', "VersionId": "v2"}), remote_version({"created": 5})
@@ -86,6 +93,8 @@ def remote_version(info: dict) -> tuple[str, bool]:
     parts += [f"etag:{str(info[k]).strip(chr(34))}" for k in _ETAG_KEYS if info.get(k)][:1]
     if parts:
         return ",".join(parts), True
+    if info.get("ino") and info.get("mtime") and info.get("created"):   # a local filesystem behind fsspec
+        return f"mtime:{info['mtime']},ctime:{info['created']},ino:{info['ino']}", True
     for key in _MTIME_KEYS:
         value = info.get(key)
         if value:   # (one filesystem gives a datetime from info() and a float from find(): compare numbers)

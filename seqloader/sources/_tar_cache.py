@@ -14,7 +14,8 @@ A cached index is used only when
   members do not overlap and stay in file order before the end-of-archive marker, the digest of
   the member table is reproduced;
 * the probed member headers (:data:`~seqloader.sources._tar_index.PROBES` reads of 512 bytes)
-  still hash as they did when the shard was scanned.
+  still hash as they did when the shard was scanned. (Not on object storage, where the ETag or
+  version id already changes with every write: there, probes would cost a range request each.)
 
 A file that fails the last two checks was damaged or tampered with: it is ignored with a warning
 naming it, and the shard is scanned again. Nothing in a cache file can make a source return
@@ -33,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from seqloader.sources._listing import FileInfo
+from seqloader.sources._listing import FileInfo, content_identity
 from seqloader.sources._progress import log
 from seqloader.sources._storage import Files
 from seqloader.sources._tar_index import BLOCK, ShardIndex, read_probes, scan
@@ -161,8 +162,8 @@ def _load(path: str, info: FileInfo, files: Files, k: int) -> tuple[ShardIndex |
         return None, str(exc)
     except (ValueError, RecursionError, UnicodeDecodeError) as exc:  # not JSON, too deep, an int of 5000 digits
         return None, f"not JSON ({type(exc).__name__}: {str(exc)[:80]})"
-    if index is None:
-        return None, None
+    if index is None or content_identity(info.version):   # (an ETag or version id changes with every write)
+        return index, None
     try:
         probes = read_probes(files, k, [p[0] for p in index.probes])
     except (OSError, RuntimeError) as exc:
