@@ -34,16 +34,31 @@ MAX_OPEN = 64
 
 
 class _Handles:
-    """Per-process: open local descriptors (LRU), the fsspec filesystem, files already checked."""
+    """Per-process: open local descriptors (LRU), the fsspec filesystem, files already checked.
+
+    A descriptor is closed when it leaves the LRU and no thread is reading through it (else by the
+    last such thread): closing it under a reader would let the number be reused by another file.
+    """
 
     def __init__(self) -> None:
         self.fds: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self.users: collections.Counter[int] = collections.Counter()
+        self.evicted: set[int] = set()
         self.lock = threading.Lock()
         self.fs: Any = None
         self.checked: set[int] = set()
 
+    def release(self, fd: int) -> None:
+        with self.lock:
+            self.users[fd] -= 1
+            if self.users[fd] <= 0:
+                del self.users[fd]
+                if fd in self.evicted:
+                    self.evicted.discard(fd)
+                    os.close(fd)
+
     def __del__(self) -> None:
-        for fd in self.fds.values():
+        for fd in [*self.fds.values(), *self.evicted]:
             try:
                 os.close(fd)
             except OSError:
@@ -109,21 +124,27 @@ class Files:
         return RuntimeError(f"{self.op}: {self.infos[k].path} changed since it was indexed ({what}); build the "
                             "source again to re-index it")
 
-    def _fd(self, k: int) -> int:
+    def _acquire(self, k: int) -> int:
+        """A descriptor of local file ``k`` that stays open until :meth:`_Handles.release`."""
         h = self._handles.get()
         with h.lock:
             fd = h.fds.get(k)
             if fd is not None:
                 h.fds.move_to_end(k)
-                return fd
-            path = self.infos[k].path
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                raise _missing(self.op, path, "file disappeared since it was indexed") from None
-            h.fds[k] = fd
-            while len(h.fds) > MAX_OPEN:
-                os.close(h.fds.popitem(last=False)[1])
+            else:
+                path = self.infos[k].path
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    raise _missing(self.op, path, "file disappeared since it was indexed") from None
+                h.fds[k] = fd
+                while len(h.fds) > MAX_OPEN:
+                    old = h.fds.popitem(last=False)[1]
+                    if h.users[old] > 0:
+                        h.evicted.add(old)   # closed by its last reader
+                    else:
+                        os.close(old)
+            h.users[fd] += 1
             return fd
 
     def check(self, k: int) -> None:
@@ -159,7 +180,11 @@ class Files:
         if self.remote:
             data = self.fs().cat_file(self.infos[k].path, start=start, end=end)
         else:
-            data = os.pread(self._fd(k), end - start, start)
+            fd = self._acquire(k)
+            try:
+                data = os.pread(fd, end - start, start)
+            finally:
+                self._handles.get().release(fd)
         if len(data) != end - start:
             raise RuntimeError(f"{self.op}: {self.infos[k].path}: read {len(data)} bytes at offset {start}, "
                                f"expected {end - start}; the file is shorter than its index says")

@@ -105,3 +105,42 @@ def test_local_info_follows_links_and_its_validator_survives_utime(tmp_path):
     os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))   # the same times, set back: ctime moves on
     assert local_info(str(target)).version != a.version
     assert len(parquet(str(tmp_path / "link.parquet"))) == 2
+
+
+def test_concurrent_reads_never_read_through_a_descriptor_another_thread_closed(tmp_path, monkeypatch):
+    """More files than open descriptors, read from 8 threads: a descriptor evicted from the LRU while
+    a thread reads through it stays open until that read ends (its number cannot go to another file)."""
+    import sys
+    import threading
+
+    from seqloader.sources import _storage
+
+    monkeypatch.setattr(_storage, "MAX_OPEN", 2)
+    paths = []
+    for k in range(24):
+        paths.append(str(tmp_path / f"f{k:02d}.bin"))
+        with open(paths[-1], "wb") as f:
+            f.write(bytes([k]) * 4096)
+    files = Files("demo", resolve("demo", paths, None))
+    errors = []
+
+    def reader(t):
+        for i in range(300):
+            k = (t * 7 + i * 5) % 24
+            data = files.read(k, 0, 4096, check=False)
+            if data != bytes([k]) * 4096:
+                errors.append((k, data[:1]))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=reader, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors and not any(t.is_alive() for t in threads)
+    h = files._handles.get()
+    assert len(h.fds) <= 2 and not h.users and not h.evicted
