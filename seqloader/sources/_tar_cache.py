@@ -165,7 +165,7 @@ def _load(path: str, info: FileInfo, files: Files, k: int) -> tuple[ShardIndex |
     if index is None or content_identity(info.version):   # (an ETag or version id changes with every write)
         return index, None
     try:
-        probes = read_probes(files, k, [p[0] for p in index.probes])
+        probes = read_probes(lambda a, b: files.read(k, a, b, check=False), [p[0] for p in index.probes])
     except (OSError, RuntimeError) as exc:
         return None, f"its probes could not be read ({exc})"
     if probes != index.probes:

@@ -28,7 +28,7 @@ import hashlib
 import json
 import re
 import tarfile
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -59,6 +59,7 @@ class ShardIndex:
     offsets: np.ndarray   # int64 [len(exts), len(keys)], -1 where a sample lacks the field
     sizes: np.ndarray     # int64, same shape
     probes: list[list]
+    _digest: str | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -69,17 +70,18 @@ class ShardIndex:
                 "sizes": self.sizes.tolist(), "probes": [list(p) for p in self.probes]}
 
     def digest(self) -> str:
-        """16 hex digits of SHA-256 over the member table and the probes."""
-        text = json.dumps(self.table(), separators=(",", ":"), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        """16 hex digits of SHA-256 over the member table and the probes (computed once)."""
+        if self._digest is None:
+            text = json.dumps(self.table(), separators=(",", ":"), sort_keys=True)
+            self._digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return self._digest
 
     def header_offsets(self) -> list[int]:
         """The header offsets to probe: the first member, the last, and evenly spaced ones between."""
         present = np.sort(self.offsets[self.offsets >= 0])
-        if present.size == 0:
-            return []
-        picks = np.unique(np.linspace(0, present.size - 1, min(PROBES, present.size)).round().astype(np.int64))
-        return (present[picks] - BLOCK).tolist()
+        n = int(present.size)
+        picks = range(n) if n <= PROBES else sorted({round(i * (n - 1) / (PROBES - 1)) for i in range(PROBES)})
+        return [int(present[i]) - BLOCK for i in picks]
 
 
 def compression_of(path: str, head: bytes) -> str | None:
@@ -109,16 +111,28 @@ def _open_stream(files: Files, k: int) -> Any:
     return open(path, "rb")
 
 
-def read_probes(files: Files, k: int, offsets: list[int]) -> list[list]:
-    """``[[offset, sha256 hex], ...]`` of the 512-byte blocks of file ``k`` at ``offsets``."""
-    return [[o, hashlib.sha256(files.read(k, o, o + BLOCK, check=False)).hexdigest()[:16]] for o in offsets]
+Reader = Callable[[int, int], bytes]
 
 
-def _check_end(op: str, files: Files, k: int, end: int) -> None:
+def read_probes(read: Reader, offsets: list[int]) -> list[list]:
+    """``[[offset, sha256 hex], ...]`` of the 512-byte blocks at ``offsets`` (``read(start, end)``)."""
+    return [[o, hashlib.sha256(read(o, o + BLOCK)).hexdigest()[:16]] for o in offsets]
+
+
+def _reader(f: Any) -> Reader:
+    """``read(start, end)`` through the open stream ``f`` (a remote one serves it from its read-ahead)."""
+    def read(start: int, end: int) -> bytes:
+        f.seek(start)
+        data: bytes = f.read(end - start)
+        return data
+    return read
+
+
+def _check_end(op: str, files: Files, k: int, end: int, read: Reader) -> None:
     """Raise unless the archive has its end-of-archive marker (two zero blocks) at ``end``, and
     nothing but zeros (a writer's padding to its record size, at most :data:`MAX_TAIL` bytes) after."""
     path, size = files.infos[k].path, files.infos[k].size
-    rest = files.read(k, end, min(size, end + MAX_TAIL), check=False) if end < size else b""
+    rest = read(end, min(size, end + MAX_TAIL)) if end < size else b""
     nonzero = len(rest) - len(rest.lstrip(b"\0"))
     if nonzero < len(rest):
         if nonzero < 2 * BLOCK:
@@ -168,7 +182,7 @@ def scan(op: str, files: Files, k: int) -> ShardIndex:
                     raise ValueError(f"{op}: {info.path} is corrupt at offset {tf.offset} ({exc}); "
                                      "rewrite or remove this shard") from None
                 if m is None:  # tarfile stops at a zero block, at the end of the file, or at a bad header
-                    _check_end(op, files, k, tf.offset)
+                    _check_end(op, files, k, tf.offset, _reader(f))
                     break
                 offset = m.offset
                 if m.offset_data + m.size > info.size:
@@ -193,8 +207,14 @@ def scan(op: str, files: Files, k: int) -> ShardIndex:
                                      f"offset {m.offset}); keys must be unique within a shard")
                 fields[-1][ext] = (m.offset_data, m.size)
                 exts.setdefault(ext)
+            index = _index(keys, fields, exts)
+            index.probes = read_probes(_reader(f), index.header_offsets())
     except tarfile.ReadError as exc:  # the first header is not a tar header
         raise ValueError(f"{op}: {info.path} is not a tar file or is corrupt at offset {offset} ({exc})") from None
+    return index
+
+
+def _index(keys: list[str], fields: list[dict[str, tuple[int, int]]], exts: dict[str, None]) -> ShardIndex:
     names = list(exts)
     offsets = np.full((len(names), len(keys)), -1, dtype=np.int64)
     sizes = np.full((len(names), len(keys)), -1, dtype=np.int64)
@@ -202,6 +222,4 @@ def scan(op: str, files: Files, k: int) -> ShardIndex:
         for j, fs in enumerate(fields):
             if name in fs:
                 offsets[e, j], sizes[e, j] = fs[name]
-    index = ShardIndex(np.array(keys, dtype=str), names, offsets, sizes, [])
-    index.probes = read_probes(files, k, index.header_offsets())
-    return index
+    return ShardIndex(np.array(keys, dtype=str), names, offsets, sizes, [])

@@ -65,6 +65,7 @@ def test_remote_validators_prefer_the_version_id_and_the_etag():
     assert remote_version({"ETag": '"e1"', "LastModified": 3}) == ("etag:e1", True)
     assert remote_version({"generation": 7, "md5Hash": "m"}) == ("version:7,etag:m", True)
     assert remote_version({"mtime": 3.5}) == ("mtime:3.5", False)
+    assert remote_version({"mtime": 3.5, "created": 4.0, "ino": 9}) == ("mtime:3.5,ctime:4.0,ino:9", True)  # local
     assert remote_version({}) == ("", False)
 
 
