@@ -79,13 +79,13 @@ class Files:
         (b'234', 1, [['f.bin', 10, '']])
     """
 
-    def __init__(self, op: str, listing: Listing, storage_options: dict | None = None, root: str | None = None):
+    def __init__(self, op: str, listing: Listing, storage_options: dict | None = None):
         self.op = op
         self.infos = tuple(listing.infos)
         self.protocol = listing.protocol
         self.storage_options = dict(storage_options or {})
-        #: the folder names are relative to in :meth:`describe` (default: the listing's root)
-        self.root = (root if root is not None else listing.root).rstrip("/") or "/"
+        #: the folder names are relative to in :meth:`describe` (the listing's root)
+        self.root = listing.root
         #: per file, a digest of what the index depends on, set by the source (``""`` until then)
         self.contents = [""] * len(self.infos)
         self._handles: ProcessLocal[_Handles] = ProcessLocal(_Handles)

@@ -178,12 +178,10 @@ class _ArrowIPC(TableSource):
                     raise ValueError(f"{_OP}: {info.path} is corrupt: the schema in its footer differs from the one "
                                      f"at its start ({', '.join(map(str, reader.schema))[:120]} vs "
                                      f"{', '.join(map(str, stream))[:120]})")
-        except ValueError as exc:
-            if info.path in str(exc):
-                raise
-            raise add_note(exc, f"{_OP}: while opening {info.path}")
         except Exception as exc:
-            raise add_note(exc, f"{_OP}: while opening {info.path}")
+            if info.path not in str(exc):
+                add_note(exc, f"{_OP}: while opening {info.path}")
+            raise
         with state.lock:
             state.readers[k] = (reader, footer.digest)
             while len(state.readers) > 64:

@@ -125,8 +125,24 @@ class Source(LazySequence[T_co]):
         return self._index.ends
 
     def files(self) -> list[list]:
-        """``[[name, size, content], ...]``, the files in the order their items appear (see the
-        class docstring): JSON types, the same for the same files wherever they are."""
+        """The files in the order their items appear, described by what they hold.
+
+        Returns:
+            ``[[name, size, content], ...]`` (JSON types; see the class docstring): the same for
+            the same files wherever they are.
+
+        Example:
+            >>> import os, shutil, tempfile, pyarrow as pa, pyarrow.parquet as pq
+            >>> from seqloader.sources import parquet
+            >>> a = tempfile.mkdtemp(); pq.write_table(pa.table({"x": [1, 2]}), os.path.join(a, "p.parquet"))
+            >>> b = shutil.copytree(a, os.path.join(tempfile.mkdtemp(), "copy"))
+            >>> src, copy = parquet(a), parquet(b)
+            >>> name, size, content = src.files()[0]
+            >>> name, content.startswith("footer:"), src.fingerprint() == copy.fingerprint()
+            ('p.parquet', True, True)
+            >>> src.paths() == copy.paths()   # where they are differs
+            False
+        """
         return self._files.describe()
 
     def paths(self) -> list[str]:
