@@ -13,7 +13,9 @@ An empty document is no piece. The pieces of a window go, in input order, into b
 * ``"first_fit"``: the first bin opened that still holds it, else a new bin.
 
 Bins are numbered in the order they are opened; bin ``b`` of window ``w`` is output item
-``ends[w - 1] + b`` of the packed sequence (``ends``: the cumulative counts). In the *split*
+``ends[w - 1] + b`` of the packed sequence (``ends``: the cumulative counts). The index keeps
+every piece's bin (:func:`window_bins`), so an item is found without packing its window again
+(:func:`item_pieces`: one vectorised pass over the window's lengths). In the *split*
 layout (``pack(split=True)``, concat and chunk) there are no bins: item ``j`` is tokens
 ``[j * length, (j + 1) * length)`` of the documents laid end to end.
 """
@@ -21,14 +23,13 @@ layout (``pack(split=True)``, concat and chunk) there are no bins: item ``j`` is
 from __future__ import annotations
 
 import bisect
-import dataclasses
 from typing import Callable
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["METHODS", "OVERLONG", "Plan", "best_fit", "first_fit", "pieces", "plan_window", "window_counts",
-           "chunk_ends", "chunk_pieces"]
+__all__ = ["METHODS", "OVERLONG", "best_fit", "first_fit", "pieces", "window_bins", "item_pieces", "chunk_ends",
+           "chunk_pieces"]
 
 Ints = npt.NDArray[np.int64]
 
@@ -92,6 +93,14 @@ _ASSIGN: dict[str, Callable[[list[int], int], tuple[list[int], int]]] = {
     "best_fit": best_fit, "first_fit": first_fit}
 
 
+def _piece_counts(lengths: Ints, length: int, overlong: str) -> Ints:
+    """The number of pieces of each document."""
+    if overlong == "split":
+        out: Ints = np.where(lengths > length, -(-lengths // length), lengths > 0)
+        return out
+    return (lengths > 0).astype(np.int64)
+
+
 def pieces(lengths: Ints, length: int, overlong: str, first: int = 0) -> tuple[Ints, Ints, Ints]:
     """``(doc, start, size)`` of the pieces of documents of ``lengths`` (``doc`` indexes ``lengths``).
 
@@ -106,14 +115,10 @@ def pieces(lengths: Ints, length: int, overlong: str, first: int = 0) -> tuple[I
         [[0, 2], [0, 0], [3, 4]]
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    long = lengths > length
-    if overlong == "error" and long.any():
-        k = int(np.flatnonzero(long)[0])
-        raise ValueError(f"document {first + k} has {int(lengths[k])} tokens, more than length={length}")
-    if overlong == "split":
-        count = np.where(long, -(-lengths // length), (lengths > 0).astype(np.int64))
-    else:
-        count = (lengths > 0).astype(np.int64)
+    if overlong == "error" and lengths.size and lengths.max() > length:
+        bad = int(np.flatnonzero(lengths > length)[0])
+        raise ValueError(f"document {first + bad} has {int(lengths[bad])} tokens, more than length={length}")
+    count = _piece_counts(lengths, length, overlong)
     doc = np.repeat(np.arange(lengths.size, dtype=np.int64), count)
     k = np.arange(doc.size, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
     start = k * length
@@ -121,54 +126,51 @@ def pieces(lengths: Ints, length: int, overlong: str, first: int = 0) -> tuple[I
     return doc, start, size
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """The items of one window: item ``b`` is pieces ``bounds[b]:bounds[b + 1]`` of ``doc``,
-    ``start`` and ``size`` (``doc``: input positions), in the order they were placed."""
+def window_bins(lengths: Ints, window: int, length: int, method: str, overlong: str) -> tuple[Ints, Ints, Ints]:
+    """``(counts, piece_ends, bins)`` of every window: its number of items, the cumulative number
+    of pieces at its end, and the bin (item within its window) of every piece, in piece order.
 
-    doc: Ints
-    start: Ints
-    size: Ints
-    bounds: Ints
-
-    def __len__(self) -> int:
-        return int(self.bounds.size) - 1
-
-    def item(self, b: int) -> tuple[Ints, Ints, Ints]:
-        lo, hi = int(self.bounds[b]), int(self.bounds[b + 1])
-        return self.doc[lo:hi], self.start[lo:hi], self.size[lo:hi]
-
-
-def plan_window(lengths: Ints, first: int, length: int, method: str, overlong: str) -> Plan:
-    """The plan of a window whose documents (input positions ``first, first + 1, ...``) have ``lengths``.
+    Raises:
+        ValueError: ``overlong="error"`` and a document is longer than ``length``.
 
     Example:
-        >>> p = plan_window(np.array([6, 5, 3, 4, 2]), first=10, length=8, method="best_fit", overlong="split")
-        >>> len(p), [a.tolist() for a in p.item(0)], [a.tolist() for a in p.item(1)]
-        (3, [[10, 14], [0, 0], [6, 2]], [[11, 12], [0, 0], [5, 3]])
-    """
-    doc, start, size = pieces(lengths, length, overlong, first)
-    bins, nbins = _ASSIGN[method](size.tolist(), length)
-    order = np.argsort(np.asarray(bins, dtype=np.int64), kind="stable")
-    bounds = np.zeros(nbins + 1, dtype=np.int64)
-    np.cumsum(np.bincount(np.asarray(bins, dtype=np.int64), minlength=nbins), out=bounds[1:])
-    return Plan(doc[order] + first, start[order], size[order], bounds)
-
-
-def window_counts(lengths: Ints, window: int, length: int, method: str, overlong: str) -> Ints:
-    """The number of items of every window (the counts the index accumulates).
-
-    Example:
-        >>> window_counts(np.array([6, 5, 3, 4, 2, 8]), window=3, length=8, method="best_fit", overlong="split").tolist()
-        [2, 2]
+        >>> counts, piece_ends, bins = window_bins(np.array([6, 5, 3, 4, 2, 8]), 3, 8, "best_fit", "split")
+        >>> counts.tolist(), piece_ends.tolist(), bins.tolist()
+        ([2, 2], [3, 6], [0, 1, 1, 0, 0, 1])
     """
     n = int(lengths.size)
     assign = _ASSIGN[method]
-    out = np.zeros(-(-n // window), dtype=np.int64)
+    counts = np.zeros(-(-n // window), dtype=np.int64)
+    parts: list[np.ndarray] = []
     for w, a in enumerate(range(0, n, window)):
         size = pieces(lengths[a:a + window], length, overlong, first=a)[2]
-        out[w] = assign(size.tolist(), length)[1]
-    return out
+        bins, counts[w] = assign(size.tolist(), length)
+        parts.append(np.asarray(bins, dtype=np.int64))
+    sizes = np.array([p.size for p in parts], dtype=np.int64)
+    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    small = not flat.size or int(flat.max()) < 2**15
+    return counts, np.cumsum(sizes), flat.astype(np.int16 if small else np.int32)
+
+
+def item_pieces(lengths: Ints, first: int, bins: Ints, b: int, length: int,
+                overlong: str) -> tuple[Ints, Ints, Ints]:
+    """``(doc, start, size)`` of item ``b`` of the window whose documents (input positions
+    ``first, first + 1, ...``) have ``lengths`` and whose pieces went to ``bins``.
+
+    Example:
+        >>> lens = np.array([6, 5, 3]); _, _, bins = window_bins(lens, 3, 8, "best_fit", "split")
+        >>> [a.tolist() for a in item_pieces(lens, 10, bins, 1, 8, "split")]
+        [[11, 12], [0, 0], [5, 3]]
+    """
+    sel = np.flatnonzero(bins == b)
+    if lengths.size == bins.size and 0 < lengths.min() and lengths.max() <= length:  # a piece per document
+        return sel + first, np.zeros(sel.size, dtype=np.int64), lengths[sel].astype(np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    count = _piece_counts(lengths, length, overlong)
+    ends = np.cumsum(count)
+    doc = np.searchsorted(ends, sel, side="right")
+    start = (sel - (ends[doc] - count[doc])) * length
+    return doc + first, start, np.minimum(length, lengths[doc] - start)
 
 
 def chunk_ends(lengths: Ints, window: int) -> Ints:

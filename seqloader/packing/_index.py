@@ -1,4 +1,4 @@
-"""An op's index in this process: loaded from its file or built, once, behind a lock; and a memo.
+"""An op's index in this process: loaded from its file or built, once, behind a lock.
 
 :class:`IndexHolder` runs the protocol every indexed op (``pack``, ``keep``) shares. On first use
 it asks the op for its key (the index file's *location* and *content*, see ``_store``); when the
@@ -10,23 +10,18 @@ workers), so workers neither rebuild nor reload it.
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
-from typing import Any, Callable, Generic, Hashable, Optional, Protocol, TypeVar
+from typing import Any, Optional, Protocol
 
 import numpy as np
 
 from seqloader.packing import _store
 
-__all__ = ["IndexHolder", "IndexedOp", "Memo"]
+__all__ = ["IndexHolder", "IndexedOp"]
 
 _log = logging.getLogger("seqloader")
-
-V = TypeVar("V")
-K = TypeVar("K", bound=Hashable)
-
 
 class IndexedOp(Protocol):
     """What :class:`IndexHolder` needs from an op."""
@@ -80,17 +75,17 @@ class IndexHolder:
             if got is not None:
                 header = got.pop("header")
                 value = op._adopt(got)
-                built = header.get("stats", {})
-                stats = {**built, **op._summary(value), "index": "loaded", "seconds": time.perf_counter() - t0,
-                         "items_read": 0, "cache": "hit", "cache_file": path}
+                built = header.get("stats", {})  # with the summary: the same content gives the same figures
+                stats = {**built, "index": "loaded", "seconds": time.perf_counter() - t0, "items_read": 0,
+                         "cache": "hit", "cache_file": path}
                 _log.debug("%r: index loaded from %s in %.3f s (built in %.3f s)", op, path, stats["seconds"],
                            built.get("built_in_seconds", float("nan")))
                 return value, stats
         arrays, built = op._build()
-        built["built_in_seconds"] = time.perf_counter() - t0
         value = op._adopt(arrays)
-        stats = {**built, **op._summary(value), "index": "built", "seconds": built["built_in_seconds"],
-                 "cache_file": path}
+        built.update(op._summary(value))
+        built["built_in_seconds"] = time.perf_counter() - t0
+        stats = {**built, "index": "built", "seconds": built["built_in_seconds"], "cache_file": path}
         if path is None:
             stats["cache"] = why if why.startswith("off") else f"off: {why}"
         else:
@@ -101,7 +96,7 @@ class IndexHolder:
                 stats["cache"] = f"not written: {exc}"
                 _log.warning("%r: could not write the index file %s (%s); it will be rebuilt next time", op, path, exc)
         _log.info("%r: index built in %.3f s (%s items read; %s); cache: %s", op, stats["seconds"],
-                  f"{stats.get('items_read', 0):,}", ", ".join(f"{k} {v}" for k, v in op._summary(value).items()),
+                  f"{stats.get('items_read', 0):,}", ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v:,}" for k, v in op._summary(value).items()),
                   stats["cache"] if path is None else f"{stats['cache']} {path}")
         return value, stats
 
@@ -112,38 +107,3 @@ class IndexHolder:
         self.cache, self.cache_dir = state["cache"], state["cache_dir"]
         self.value, self.stats = state["value"], state["stats"]
         self._lock = threading.Lock()
-
-
-class Memo(Generic[K, V]):
-    """The last ``capacity`` values of a pure function, per process (emptied when pickled).
-
-    Example:
-        >>> m = Memo(2); calls = []
-        >>> [m.get(k, lambda k=k: calls.append(k) or k * 10) for k in (1, 2, 1, 3, 2)]
-        [10, 20, 10, 30, 20]
-        >>> calls
-        [1, 2, 3, 2]
-    """
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self._values: collections.OrderedDict[K, V] = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: K, compute: Callable[[], V]) -> V:
-        with self._lock:
-            if key in self._values:
-                self._values.move_to_end(key)
-                return self._values[key]
-        value = compute()  # outside the lock: two threads may compute the same (equal) value
-        with self._lock:
-            self._values[key] = value
-            while len(self._values) > self.capacity:
-                self._values.popitem(last=False)
-        return value
-
-    def __getstate__(self) -> int:
-        return self.capacity
-
-    def __setstate__(self, capacity: int) -> None:
-        self.__init__(capacity)  # type: ignore[misc]

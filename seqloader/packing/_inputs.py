@@ -213,7 +213,7 @@ def check_lengths(op: str, lengths: Any, n: int, window: int) -> np.ndarray:
     if arr.size and arr.dtype.kind == "i" and arr.min() < 0:
         k = int(np.flatnonzero(arr < 0)[0])
         raise ValueError(f"{op}: lengths[{k}] is {int(arr[k])}; lengths must be >= 0")
-    big = bool(arr.size) and int(arr.max()) >= 2**31
+    big = not np.can_cast(arr.dtype, np.int32) and bool(arr.size) and int(arr.max()) >= 2**31
     out = np.ascontiguousarray(arr, dtype=np.int64 if big else np.int32)
     out.setflags(write=False)
     return out

@@ -4,10 +4,11 @@ The input is cut into *windows* of ``window`` consecutive documents. A window is
 own (best fit or first fit, see ``_bins``), from its documents' lengths only, so the items of
 window ``w`` are a pure function of those lengths. The *count index* holds the cumulative number
 of items at each window's end: item ``j`` is item ``j - ends[w - 1]`` of the window ``w`` with
-``ends[w - 1] <= j < ends[w]`` (one bisection). Reading item ``j`` packs its window (from the
-lengths, memoised for the last :data:`PLAN_MEMO` windows of the process) and reads only that
-item's documents. In the split layout (concat and chunk) the index holds the cumulative tokens at
-each window's end, and item ``j`` reads the documents overlapping its ``length`` tokens.
+``ends[w - 1] <= j < ends[w]`` (one bisection). The index also keeps the bin of every piece (2
+bytes per document), so reading item ``j`` costs one vectorised pass over its window's lengths
+and reads only that item's documents: no window is packed again. In the split layout (concat
+and chunk) the index holds the cumulative tokens at each window's end, and item ``j`` reads the
+documents overlapping its ``length`` tokens.
 
 No state: the same item ``j`` whatever the process, the order of reads, or a resume.
 """
@@ -15,6 +16,7 @@ No state: the same item ``j`` whatever the process, the order of reads, or a res
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 from typing import Any, Optional, Sequence
 
@@ -22,16 +24,13 @@ import numpy as np
 
 from seqloader.errors import check_int, check_positive_int, normalize_index, note_stage
 from seqloader.packing import _bins
-from seqloader.packing._index import IndexHolder, Memo
+from seqloader.packing._index import IndexHolder
 from seqloader.packing._inputs import check_lengths, describe, read_items, read_lengths
 from seqloader.packing._store import array_digest, json_digest
 from seqloader.sequences._util import check_bool, check_sequence, read
 from seqloader.sequences.base import LazySequence
 
-__all__ = ["PLAN_MEMO", "pack"]
-
-#: Windows whose plans a process keeps (the most recently used).
-PLAN_MEMO = 16
+__all__ = ["pack"]
 
 Item = dict[str, np.ndarray]
 Ints = np.ndarray
@@ -55,8 +54,10 @@ class _Params:
 
 @dataclasses.dataclass(frozen=True)
 class _Index:
-    lengths: Ints  # tokens of each document (int32, or int64 if needed)
-    ends: Ints     # cumulative items (tokens in the split layout) at each window's end
+    lengths: Ints     # tokens of each document (int32, or int64 if needed)
+    ends: Ints        # cumulative items (tokens in the split layout) at each window's end
+    piece_ends: Ints  # cumulative pieces at each window's end (empty in the split layout)
+    bins: Ints        # the item (within its window) of every piece (empty in the split layout)
     len: int
 
 
@@ -92,13 +93,13 @@ class _Pack(LazySequence[Item]):
         if cache_dir is not None and not isinstance(cache_dir, str):
             raise TypeError(f"pack: cache_dir must be a str or None (got {type(cache_dir).__name__})")
         self._holder = IndexHolder(cache, cache_dir)
-        self._plans: Memo[int, _bins.Plan] = Memo(PLAN_MEMO)
 
     # -- the index (see _index.IndexHolder) -----------------------------------------------------
 
     @property
     def _names(self) -> tuple[str, ...]:
-        return ("ends",) if self._given is not None else ("ends", "lengths")
+        names = ("ends",) if self._p.split else ("ends", "piece_ends", "bins")
+        return names if self._given is not None else (*names, "lengths")
 
     def _describe(self, content: bool) -> str:
         """This op in the description of a pipeline above it (``_inputs``)."""
@@ -127,26 +128,26 @@ class _Pack(LazySequence[Item]):
         else:
             lengths = check_lengths("pack", read_lengths(self, self._seq, p.window), self._n, p.window)
             read_n, source = self._n, "read from the input"
-        try:
-            if p.split:
-                ends = _bins.chunk_ends(lengths, p.window)
-            else:
-                ends = np.cumsum(_bins.window_counts(lengths, p.window, p.length, p.method, p.overlong))
-        except ValueError as exc:
-            raise ValueError(f"{self!r}: {exc}; pass overlong='split' or 'truncate'") from None
-        arrays = {"ends": np.asarray(ends, dtype=np.int64)}
+        if p.split:
+            arrays = {"ends": _bins.chunk_ends(lengths, p.window)}
+        else:
+            try:
+                counts, piece_ends, bins = _bins.window_bins(lengths, p.window, p.length, p.method, p.overlong)
+            except ValueError as exc:
+                raise ValueError(f"{self!r}: {exc}; pass overlong='split' or 'truncate'") from None
+            arrays = {"ends": np.cumsum(counts), "piece_ends": piece_ends, "bins": bins}
         if self._given is None:
             arrays["lengths"] = lengths
         return arrays, {"lengths": source, "items_read": read_n}
 
     def _adopt(self, arrays: dict[str, np.ndarray]) -> _Index:
         lengths = self._given if self._given is not None else arrays["lengths"]
-        ends = arrays["ends"]
-        ends.setflags(write=False)
-        lengths.setflags(write=False)
+        for a in arrays.values():
+            a.setflags(write=False)
+        ends, none = arrays["ends"], np.zeros(0, dtype=np.int64)
         total = int(ends[-1]) if ends.size else 0
         n = -(-total // self._p.length) if self._p.split else total
-        return _Index(lengths, ends, n)
+        return _Index(lengths, ends, arrays.get("piece_ends", none), arrays.get("bins", none), n)
 
     def _summary(self, index: _Index) -> dict[str, Any]:
         tokens = int(index.lengths.sum(dtype=np.int64))
@@ -186,18 +187,15 @@ class _Pack(LazySequence[Item]):
             return out
         return index.ends
 
-    def _plan(self, w: int) -> _bins.Plan:
-        p, lengths = self._p, self._index().lengths
-        a = w * p.window
-        return self._plans.get(w, lambda: _bins.plan_window(lengths[a:a + p.window], a, p.length, p.method,
-                                                            p.overlong))
-
     def _pieces(self, j: int) -> tuple[Ints, Ints, Ints]:
         index, p = self._index(), self._p
         if p.split:
             return _bins.chunk_pieces(index.lengths, index.ends, p.window, p.length, j)
         w = int(np.searchsorted(index.ends, j, side="right"))
-        return self._plan(w).item(j - (int(index.ends[w - 1]) if w else 0))
+        b = j - (int(index.ends[w - 1]) if w else 0)
+        lo, hi = (int(index.piece_ends[w - 1]) if w else 0), int(index.piece_ends[w])
+        a = w * p.window
+        return _bins.item_pieces(index.lengths[a:a + p.window], a, index.bins[lo:hi], b, p.length, p.overlong)
 
     def documents(self, j: int) -> list[tuple[int, int, int]]:
         """Which input documents make item ``j``: ``[(position, start, stop), ...]``, one per segment.
@@ -235,13 +233,13 @@ class _Pack(LazySequence[Item]):
         tokens = np.full(p.length, p.pad_id, dtype=p.dtype)
         segment_ids = np.zeros(p.length, dtype=np.int32)
         positions = np.zeros(p.length, dtype=np.int32)
+        ramp = _ramp(p.length)
         o = 0
-        for d, s, z in zip(doc.tolist(), start.tolist(), size.tolist()):
+        for k, (d, s, z) in enumerate(zip(doc.tolist(), start.tolist(), size.tolist()), 1):
             tokens[o:o + z] = docs[d][s:s + z]
+            segment_ids[o:o + z] = k
+            positions[o:o + z] = ramp[:z]
             o += z
-        offsets = np.cumsum(size) - size
-        segment_ids[:o] = np.repeat(np.arange(1, size.size + 1, dtype=np.int32), size)
-        positions[:o] = np.arange(o, dtype=np.int32) - np.repeat(offsets, size).astype(np.int32)
         return {"tokens": tokens, "segment_ids": segment_ids, "positions": positions, "loss_mask": segment_ids > 0}
 
     def _read(self, wanted: list[int], lengths: Ints, batched: bool) -> dict[int, np.ndarray]:
@@ -271,18 +269,18 @@ class _Pack(LazySequence[Item]):
         docs = self._read(wanted, self._index().lengths, bool(getattr(self._seq, "__getitems__", None)))
         return [self._assemble(doc, start, size, docs) for doc, start, size in pieces]
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"seq": self._seq, "p": self._p, "given": self._given, "holder": self._holder, "n": self._n}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._seq, self._p, self._given = state["seq"], state["p"], state["given"]
-        self._holder, self._n = state["holder"], state["n"]
-        self._plans = Memo(PLAN_MEMO)
-
     def __repr__(self) -> str:
         p = self._p
         layout = "split=True" if p.split else f"method={p.method!r}, overlong={p.overlong!r}"
         return f"pack(length={p.length}, window={p.window}, {layout}, documents={self._n})"
+
+
+@functools.lru_cache(maxsize=8)
+def _ramp(n: int) -> np.ndarray:
+    """``0, 1, ..., n - 1`` as int32 (read-only, shared)."""
+    out = np.arange(n, dtype=np.int32)
+    out.setflags(write=False)
+    return out
 
 
 class _Gathered:

@@ -28,18 +28,17 @@ def test_pieces_cover_each_document(lengths, length, overlong):
 
 @given(lengths_lists, st.integers(1, 12), st.integers(1, 7), st.sampled_from(_bins.METHODS),
        st.sampled_from(["split", "truncate"]))
-def test_window_plans_and_counts_equal_the_reference(lengths, length, window, method, overlong):
+def test_window_bins_and_items_equal_the_reference(lengths, length, window, method, overlong):
     lens = np.array(lengths, dtype=np.int64)
     want = ref_pack(lengths, length, window, method, overlong)
-    counts = _bins.window_counts(lens, window, length, method, overlong)
+    counts, piece_ends, bins = _bins.window_bins(lens, window, length, method, overlong)
     assert int(counts.sum()) == len(want)
     got = []
     for w, a in enumerate(range(0, len(lengths), window)):
-        plan = _bins.plan_window(lens[a:a + window], a, length, method, overlong)
-        assert len(plan) == counts[w]
-        for b in range(len(plan)):
-            d, s, z = plan.item(b)
-            assert int(z.sum()) <= length
+        lo = int(piece_ends[w - 1]) if w else 0
+        for b in range(int(counts[w])):
+            d, s, z = _bins.item_pieces(lens[a:a + window], a, bins[lo:int(piece_ends[w])], b, length, overlong)
+            assert 0 < int(z.sum()) <= length
             got.append(list(zip(d.tolist(), s.tolist(), z.tolist())))
     assert got == want
 
@@ -57,4 +56,4 @@ def test_chunk_pieces_equal_concat_and_chunk(lengths, length, window):
 
 def test_overlong_error_names_the_document():
     with pytest.raises(ValueError, match="^document 5 has 9 tokens, more than length=8$"):
-        _bins.window_counts(np.array([1, 2, 3, 4, 5, 9]), 4, 8, "best_fit", "error")
+        _bins.window_bins(np.array([1, 2, 3, 4, 5, 9]), 4, 8, "best_fit", "error")
