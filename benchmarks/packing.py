@@ -9,13 +9,14 @@ documents to 2,048 tokens for both; the resume workload keeps them whole (``over
   (100,000; quick: 5,000): seqloader's best fit at windows of 256, 1,024 and 4,096 documents and
   first fit at 1,024, against Grain's best fit with 64, 256 and 1,024 bins and first fit with 256.
   ``ratio``: Grain's best-fit padding with 256 bins over this row's (higher is better).
-* ``packing_throughput``: packed items per second, one process. seqloader reading its items in
-  order (``pack[j]``, ``j = 0, 1, ...``), in batches of 8 (``__getitems__``, what the loader
-  calls), and in a shuffled order (each item packs its window: the cost of a full shuffle); the
-  count index is built first and timed on its own row. Grain iterating ``BestFitPackIterDataset``
-  (256 bins, ``shuffle_bins=False``) over ``MapDataset.source(docs).to_iter_dataset()``, with
-  read threads off (``ReadOptions(num_threads=0, prefetch_buffer_size=0)``: faster here) and with
-  its defaults. ``ratio``: over Grain with read threads off.
+* ``packing_throughput``: packed items per second, one process (50,000 documents; quick: 5,000).
+  seqloader reading its items in order (``pack[j]``, ``j = 0, 1, ...``), in batches of 8
+  (``__getitems__``, what the loader calls), and in a shuffled order (what ``shuffle=True`` reads:
+  an item costs the same wherever it is); the count index (lengths read with ``len``) is built
+  first and timed on its own row. Grain iterating ``BestFitPackIterDataset`` (256 bins,
+  ``shuffle_bins=False``) over ``MapDataset.source(docs).to_iter_dataset()``, with read threads
+  off (``ReadOptions(num_threads=0, prefetch_buffer_size=0)``: faster here) and with its
+  defaults. ``ratio``: over Grain with read threads off.
 * ``packing_resume``: 10**7 documents (quick: 10**5) whose tokens are computed from their
   position (no storage), ``lengths=`` given. The count index is built once (its own row), then the
   seconds from building a fresh ``pack`` (its index file loaded and checked) and a
@@ -158,7 +159,7 @@ def packing_throughput(opts: Options) -> list[Row]:
         rate = m / best[label]
         rows.append(Row("packing_throughput", f"seqloader.pack, {label}", 0, rate, "items/s",
                         mb_per_s=rate * LENGTH * 4 / 1e6, ratio=None if grain_rate is None else rate / grain_rate,
-                        notes=note + ("; each item packs its window (full shuffle)" if label == "shuffled" else "")))
+                        notes=note + ("; a random permutation of the items" if label == "shuffled" else "")))
     if grain_rate is not None and g is not None:
         rows.append(Row("packing_throughput", "Grain BestFitPackIterDataset(256 bins), read threads off", 0,
                         grain_rate, "items/s", mb_per_s=grain_rate * LENGTH * 4 / 1e6, notes=note))
@@ -216,7 +217,7 @@ def packing_resume(opts: Options) -> list[Row]:
     return [Row("packing_resume", f"seqloader.pack count index build, n={label}", 0, t_build, "s",
                 notes=f"from lengths= ({n / t_build:,.0f} documents/s), file written"),
             Row("packing_resume", f"fresh pack + DataLoader + load_state_dict -> first batch, n={label}", 0,
-                best["fresh"], "s", notes=note + "; index file loaded and its digests checked"),
+                best["fresh"], "s", notes=note + "; index file mapped and its checksums verified"),
             Row("packing_resume", f"load_state_dict -> first batch, n={label}", 0, best["warm"], "s", notes=note)]
 
 

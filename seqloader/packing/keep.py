@@ -217,6 +217,10 @@ def keep(predicate: Union[Callable[[T], Any], Any], seq: Sequence[T], *, window:
     ``pack``'s (``docs/packing.md``); reading item ``j`` then reads only input item
     ``keep(...).source_index(j)``.
 
+    The returned sequence also has ``source_index(j)`` (the input position of item ``j``),
+    ``rank(positions)`` (how many input items before each position are kept), ``blocks()`` (the
+    input's ``blocks()`` in output positions) and ``index_stats()`` (as ``pack``'s, with ``kept``).
+
     Args:
         predicate: a callable ``item -> bool`` (picklable for ``spawn`` workers), or a precomputed
             boolean array with one entry per item (the mask; nothing is evaluated).

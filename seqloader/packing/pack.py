@@ -318,8 +318,12 @@ def pack(seq: Sequence[Any], length: int, *, method: str = "best_fit", window: i
       target of token ``t`` is ``tokens[t + 1]`` where ``loss_mask[t + 1]`` and
       ``segment_ids[t + 1] == segment_ids[t]``.
 
-    ``packed.documents(j)`` lists the ``(position, start, stop)`` of each segment of item ``j``,
-    and ``packed.blocks()`` the items' window boundaries (for a block shuffle).
+    The returned sequence also has ``documents(j)``: the ``(position, start, stop)`` of each
+    segment of item ``j`` (tokens ``start:stop`` of input item ``position``; nothing is read);
+    ``blocks()``: the cumulative ends of each window's items (for a block shuffle); and
+    ``index_stats()``: how the index was obtained in this process and what it holds (``index``
+    ``"built"`` or ``"loaded"``, ``seconds``, ``built_in_seconds``, ``items_read``, ``cache``,
+    ``cache_file``, ``documents``, ``windows``, ``items``, ``tokens``, ``padding``).
 
     Args:
         seq: the documents: a sequence whose items are 1-D integer arrays (or lists).
