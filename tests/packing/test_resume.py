@@ -37,7 +37,26 @@ def mixed(num_workers):
     return sl.DataLoader(sl.mix([a, b], [2, 1], seed=4), batch_size=2, shuffle=False, num_workers=num_workers)
 
 
-@pytest.mark.parametrize("make", [shuffled, block_shuffled, mixed])
+def second_half(doc):
+    return doc + 50 * SCALE  # tokens name their document's position in LENGTHS
+
+
+def reweighted(num_workers):
+    a = packed(LENGTHS[:50])
+    b = sl.pack(sl.smap(second_half, BatchedDocs(LENGTHS[50:])), 32, window=8, lengths=LENGTHS[50:])
+    loader = sl.DataLoader(sl.mix([a, b], [1, 1]), batch_size=2, seed=0, num_workers=num_workers)
+    loader.set_weights([0, 1], at_step=3)  # only b's packed items from step 3, each source from its cursor
+    return loader
+
+
+def test_a_weight_change_in_a_mixture_of_packs():
+    batches = _run(reweighted(0))
+    docs = [{int(t) // SCALE for t in b["tokens"][b["loss_mask"]].tolist()} for b in batches]
+    assert min(set().union(*docs[3:])) >= 50  # documents of the second pack only
+    assert min(set().union(*docs[:3])) < 50
+
+
+@pytest.mark.parametrize("make", [shuffled, block_shuffled, mixed, reweighted])
 def test_resumes_exactly_with_0_and_2_workers(make):
     assert_resumes_exactly(make, stops=[0, 4, -1])
 
