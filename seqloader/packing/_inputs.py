@@ -31,7 +31,8 @@ import numpy as np
 from seqloader.errors import note_stage
 from seqloader.sequences._util import fname, read
 
-__all__ = ["MAX_DESCRIBED", "describe", "callable_digest", "read_items", "read_lengths"]
+__all__ = ["MAX_DESCRIBED", "callable_digest", "check_lengths", "describe", "read_items", "read_lengths",
+           "source_files"]
 
 #: The most bytes of pickled pipeline hashed to describe an input (beyond: not cached).
 MAX_DESCRIBED = 64 << 20
@@ -140,6 +141,32 @@ def describe(seq: Any, content: bool) -> tuple[Optional[str], str]:
         return None, f"the input holds more than {MAX_DESCRIBED >> 20} MiB of in-memory data"
     except Exception as exc:  # whatever pickling raises: the pipeline is not describable
         return None, f"the input cannot be described ({type(exc).__name__}: {exc})"
+
+
+def source_files(seq: Any) -> list[list[Any]]:
+    """The file lists (``files()``) of the data sources under ``seq``, in pipeline order.
+
+    Follows the inputs that seqloader's ops keep (``_parent``, ``_seq``, ``_seqs``), so that a
+    loader over ``pack(smap(f, parquet(...)))`` records and checks the Parquet files in its state.
+
+    Example:
+        >>> source_files(range(3))
+        []
+    """
+    out: list[list[Any]] = []
+    stack, seen = [seq], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if callable(getattr(node, "files", None)) and callable(getattr(node, "fingerprint", None)):
+            out += [list(f) for f in node.files()]
+            continue
+        children = [getattr(node, a) for a in ("_parent", "_seq") if hasattr(node, a)]
+        children += list(getattr(node, "_seqs", ()) or ())
+        stack += children[::-1]
+    return out
 
 
 def read_items(stage: Any, seq: Any, start: int, stop: int) -> list[Any]:

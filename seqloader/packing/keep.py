@@ -17,7 +17,7 @@ import numpy as np
 
 from seqloader.errors import check_positive_int, normalize_index, note_stage
 from seqloader.packing._index import IndexHolder
-from seqloader.packing._inputs import describe, read_items
+from seqloader.packing._inputs import describe, read_items, source_files
 from seqloader.packing._store import array_digest, json_digest
 from seqloader.sequences._util import check_bool, check_sequence, fname
 from seqloader.sequences.base import IndexMap, LazySequence, Positions
@@ -182,6 +182,10 @@ class _Keep(IndexMap[T]):
                 out[k] += int(np.unpackbits(bits[lo:-(-pos // 8)])[a - 8 * lo:pos - 8 * lo].sum())
         return out
 
+    def files(self) -> list[list[Any]]:
+        """The files of the data sources under the input (see ``pack``'s ``files``)."""
+        return source_files(self._parent)
+
     def blocks(self) -> Positions:
         """The input's ``blocks()`` in output positions (for a block shuffle of the kept items).
 
@@ -219,7 +223,8 @@ def keep(predicate: Union[Callable[[T], Any], Any], seq: Sequence[T], *, window:
 
     The returned sequence also has ``source_index(j)`` (the input position of item ``j``),
     ``rank(positions)`` (how many input items before each position are kept), ``blocks()`` (the
-    input's ``blocks()`` in output positions) and ``index_stats()`` (as ``pack``'s, with ``kept``).
+    input's ``blocks()`` in output positions), ``files()`` (as ``pack``'s) and ``index_stats()``
+    (as ``pack``'s, with ``kept``).
 
     Args:
         predicate: a callable ``item -> bool`` (picklable for ``spawn`` workers), or a precomputed

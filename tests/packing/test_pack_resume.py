@@ -4,6 +4,9 @@ loader shuffle the packed items. Resumes are exact (``torch.equal``, batch by ba
 
 from __future__ import annotations
 
+import operator
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -123,3 +126,29 @@ def test_documents_of_a_batch_from_indices_at():
             toks = [t for d, a, b in p.documents(j) for t in range(d * SCALE + a + 1, d * SCALE + b + 1)]
             got = batches[step]["tokens"][row]
             assert got[batches[step]["loss_mask"][row]].tolist() == toks
+
+
+def test_a_state_records_the_source_files_and_refuses_other_files(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = str(tmp_path / "docs.parquet")
+
+    def write(lengths, first=1):
+        toks = [list(range(first, first + n)) for n in lengths]
+        pq.write_table(pa.table({"tokens": pa.array(toks, pa.list_(pa.int32()))}), path, row_group_size=10)
+
+    def make():
+        docs = sl.smap(operator.itemgetter("tokens"), sl.parquet(path, columns=["tokens"]))
+        return sl.DataLoader(sl.pack(docs, 32, window=8), batch_size=2, shuffle=True, seed=0)
+
+    write(LENGTHS[:40])
+    loader = make()
+    next(iter(loader))
+    state = json_round_trip(loader.state_dict())
+    assert state["files"]["files"] == 1 and loader.dataset.files()[0][0] == path
+    write(LENGTHS[:40], first=2)  # other tokens, the same lengths: the same packing
+    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
+    with pytest.warns(RuntimeWarning, match="stale"):
+        other = make()  # its index is rebuilt for the new files...
+    with pytest.raises(ValueError, match="check_same_files: file 0, .*docs.parquet .* differs from the file list"):
+        other.load_state_dict(state)  # ...and the loader refuses the state of the old ones
