@@ -31,8 +31,7 @@ import numpy as np
 from seqloader.errors import note_stage
 from seqloader.sequences._util import fname, read
 
-__all__ = ["MAX_DESCRIBED", "callable_digest", "check_lengths", "describe", "read_items", "read_lengths",
-           "source_files"]
+__all__ = ["MAX_DESCRIBED", "callable_digest", "check_lengths", "describe", "read_items", "read_lengths"]
 
 #: The most bytes of pickled pipeline hashed to describe an input (beyond: not cached).
 MAX_DESCRIBED = 64 << 20
@@ -109,7 +108,7 @@ class _Describer(pickle.Pickler):
         if own is not None and hasattr(obj, "_packing_op"):
             return ("seqloader.packing", own(self._content))
         if callable(getattr(obj, "fingerprint", None)) and callable(getattr(obj, "files", None)):
-            paths = [f[0] for f in obj.files()]
+            paths = list(obj.paths()) if callable(getattr(obj, "paths", None)) else [f[0] for f in obj.files()]
             if not self._content:
                 return ("source", type(obj).__qualname__, repr(obj), paths)
             return ("source", type(obj).__qualname__, repr(obj), obj.fingerprint(), _describe_any(obj, True, root=obj))
@@ -141,32 +140,6 @@ def describe(seq: Any, content: bool) -> tuple[Optional[str], str]:
         return None, f"the input holds more than {MAX_DESCRIBED >> 20} MiB of in-memory data"
     except Exception as exc:  # whatever pickling raises: the pipeline is not describable
         return None, f"the input cannot be described ({type(exc).__name__}: {exc})"
-
-
-def source_files(seq: Any) -> list[list[Any]]:
-    """The file lists (``files()``) of the data sources under ``seq``, in pipeline order.
-
-    Follows the inputs that seqloader's ops keep (``_parent``, ``_seq``, ``_seqs``), so that a
-    loader over ``pack(smap(f, parquet(...)))`` records and checks the Parquet files in its state.
-
-    Example:
-        >>> source_files(range(3))
-        []
-    """
-    out: list[list[Any]] = []
-    stack, seen = [seq], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if callable(getattr(node, "files", None)) and callable(getattr(node, "fingerprint", None)):
-            out += [list(f) for f in node.files()]
-            continue
-        children = [getattr(node, a) for a in ("_parent", "_seq") if hasattr(node, a)]
-        children += list(getattr(node, "_seqs", ()) or ())
-        stack += children[::-1]
-    return out
 
 
 def read_items(stage: Any, seq: Any, start: int, stop: int) -> list[Any]:

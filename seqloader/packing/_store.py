@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from seqloader.sources._tar_index import user_cache_dir
+from seqloader.sources._tar_cache import user_cache_dir
 
 __all__ = ["FORMAT", "VERSION", "array_digest", "default_dir", "file_for", "json_digest", "load", "save"]
 

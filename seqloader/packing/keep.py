@@ -17,7 +17,7 @@ import numpy as np
 
 from seqloader.errors import check_positive_int, normalize_index, note_stage
 from seqloader.packing._index import IndexHolder
-from seqloader.packing._inputs import describe, read_items, source_files
+from seqloader.packing._inputs import describe, read_items
 from seqloader.packing._store import array_digest, json_digest
 from seqloader.sequences._util import check_bool, check_sequence, fname
 from seqloader.sequences.base import IndexMap, LazySequence, Positions
@@ -181,10 +181,6 @@ class _Keep(IndexMap[T]):
                 lo = a // 8
                 out[k] += int(np.unpackbits(bits[lo:-(-pos // 8)])[a - 8 * lo:pos - 8 * lo].sum())
         return out
-
-    def files(self) -> list[list[Any]]:
-        """The files of the data sources under the input (see ``pack``'s ``files``)."""
-        return source_files(self._parent)
 
     def blocks(self) -> Positions:
         """The input's ``blocks()`` in output positions (for a block shuffle of the kept items).

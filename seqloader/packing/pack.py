@@ -25,7 +25,7 @@ import numpy as np
 from seqloader.errors import check_int, check_positive_int, normalize_index, note_stage
 from seqloader.packing import _bins
 from seqloader.packing._index import IndexHolder
-from seqloader.packing._inputs import check_lengths, describe, read_items, read_lengths, source_files
+from seqloader.packing._inputs import check_lengths, describe, read_items, read_lengths
 from seqloader.packing._store import array_digest, json_digest
 from seqloader.sequences._util import check_bool, check_sequence, read
 from seqloader.sequences.base import LazySequence
@@ -178,11 +178,6 @@ class _Pack(LazySequence[Item]):
 
     def __len__(self) -> int:
         return self._index().len
-
-    def files(self) -> list[list[Any]]:
-        """The files of the data sources under the input (``[path, size, version]``, possibly
-        none): the loader records them in its state and refuses to resume on other files."""
-        return source_files(self._seq)
 
     def blocks(self) -> np.ndarray:
         """Cumulative ends of the items of each window (for a block shuffle that keeps reads local)."""
