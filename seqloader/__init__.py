@@ -55,6 +55,8 @@ _EXPORTS = {
     "image_folder": "seqloader.sources.folder",
     "describe_files": "seqloader.sources.fingerprint",
     "check_same_files": "seqloader.sources.fingerprint",
+    "pack": "seqloader.packing.pack",
+    "keep": "seqloader.packing.keep",
 }
 
 #: public modules, imported on first access (``seqloader.testing.run_distributed``)
@@ -86,6 +88,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-
     from seqloader.prefetcher.api import prefetch as prefetch
     from seqloader.prefetcher.prefetch import Prefetch as Prefetch
     from seqloader.sampler import Stateful as Stateful, StatefulDistributedSampler as StatefulDistributedSampler
+    from seqloader.packing.keep import keep as keep
+    from seqloader.packing.pack import pack as pack
     from seqloader.sequences.base import LazySequence as LazySequence
     from seqloader.sequences.blocks import block_shuffle as block_shuffle
     from seqloader.sequences.cache import add_cache as add_cache

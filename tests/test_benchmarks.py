@@ -38,7 +38,8 @@ def test_workloads_are_a_registry_of_row_functions():
                                           "resume", "state_size", "loader_tiny", "loader_images",
                                           "iterable_tiny", "iterable_images", "straggler", "stats_overhead",
                                           "stages_overhead", "resume_scale", "mix", "state_dict", "sources_parquet",
-                                          "sources_tar", "sources_index", "sources_latency"]
+                                          "sources_tar", "sources_index", "sources_latency", "packing_padding",
+                                          "packing_throughput", "packing_resume"]
     rows = benchmarks.WORKLOADS["images"](common.Options(quick=True))
     assert [r.loader for r in rows] == ["seqloader", "torch"]
     assert all(r.value > 0 and r.mb_per_s > 0 for r in rows) and rows[0].ratio > 0
@@ -123,3 +124,15 @@ def test_a_workload_module_imports_only_common_seqloader_and_third_parties(name)
     ours = {m for m in _imports(BENCHMARKS / name) if m.split(".")[0] == "benchmarks"}
     assert ours == {"benchmarks.common"}
     assert not {m for m in _imports(BENCHMARKS / "common.py") if m.split(".")[0] in ("benchmarks", "seqloader")}
+
+
+def test_packing_workloads_report_padding_throughput_and_resume():
+    rows = _quick_rows("packing_padding")
+    assert [r.loader for r in rows][:4] == ["seqloader.pack best_fit, window=256 documents",
+                                           "seqloader.pack best_fit, window=1024 documents",
+                                           "seqloader.pack best_fit, window=4096 documents",
+                                           "seqloader.pack first_fit, window=1024 documents"]
+    assert all(0 <= r.value < 100 and r.unit == "%" for r in rows)
+    rows = _quick_rows("packing_resume")
+    assert [r.unit for r in rows] == ["s", "s", "s"] and all(r.value > 0 for r in rows)
+    assert "bit-identical" in rows[1].notes

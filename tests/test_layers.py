@@ -25,6 +25,7 @@ LAYERS = [
     ("seqloader.errors", 1),
     ("seqloader.sequences", 1),
     ("seqloader.sources", 1),
+    ("seqloader.packing", 1),
     ("seqloader.rng", 1),
     ("seqloader.permutation", 1),
     ("seqloader.threads", 1),
@@ -144,6 +145,9 @@ def test_sequence_ops_in_a_fresh_interpreter_leave_torch_unimported_and_globals_
             "import seqloader.rng, seqloader.permutation\n"
             "s = batch(shuffle(rng_map(lambda x, r: x, smap(int, concatenate([range(5), range(5)])), seed=1), seed=2), 3)\n"
             "assert len(s) == 4 and s[0]\n"
+            "from seqloader import pack, keep\n"
+            "p = pack(smap(lambda i: [1] * (i % 5), range(9)), 4, cache=False)\n"
+            "assert len(keep(lambda x: x > 2, range(6), cache=False)) == 3 and len(p[0]['tokens']) == 4\n"
             "try:\n"
             "    pickle.loads(pickle.dumps(NeedsTwoArgs(1, 2)))\n"
             "    sys.exit('exception pickling was patched (seqtools imports tblib.pickling_support.install())')\n"

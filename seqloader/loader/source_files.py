@@ -17,6 +17,7 @@ from typing import Any, Optional
 import torch.utils.data
 
 from seqloader.loader.sources_walk import find_sources
+from seqloader.loader.state import LEGACY_FINGERPRINT
 from seqloader.loader.validation import STAGE
 
 __all__ = ["OVERRIDE", "check_pipeline_files", "describe_pipeline", "pipeline_sources"]
@@ -105,6 +106,10 @@ def check_pipeline_files(saved: Optional[list[dict]], dataset: Any, check_files:
     from seqloader.sources.fingerprint import check_same_files  # only when there are sources
 
     for k, (description, source) in enumerate(zip(saved, sources)):
+        if str(description.get("fingerprint", "")).startswith(LEGACY_FINGERPRINT):
+            raise ValueError(f"{STAGE}: 'files[{k}]' was saved by an older seqloader (state version 3), whose "
+                             "fingerprint of the files (absolute paths and modification times) cannot be compared "
+                             f"with this version's (of the files' content) for {_named(k, sources)}; {OVERRIDE}")
         try:
             check_same_files(description, source)
         except ValueError as e:

@@ -66,6 +66,9 @@ KEYS = ("format", "version", "seed", "epoch", "position", "ahead", "step", "data
         "drop_last", "shuffle", "derivation", "sampler_len", "sampler_epoch", "sampler", "dataset",
         "iterable", "recipe", "files", "saved_with")
 
+#: The mark of a version-3 fingerprint (of paths and modification times) in a migrated state.
+LEGACY_FINGERPRINT = "v3:"
+
 #: ``_MIGRATIONS[v]`` turns a version-``v`` dict into a version-``v + 1`` dict (a new dict).
 #: 1 -> 2: the derivation of orders and seeds became a key (version 1 meant derivation 1); the epoch
 #: of a set_epoch sampler is saved (unknown for version 1); iterable streams are seqloader's own
@@ -74,8 +77,11 @@ KEYS = ("format", "version", "seed", "epoch", "position", "ahead", "step", "data
 #: batches of the epoch before ``position`` are taken as the steps), ``recipe`` (no change) and
 #: ``files`` (no fingerprint) are new keys; the others keep their meaning.
 #: 3 -> 4: ``files`` lists the description of every source of the pipeline (version 3 held the
-#: description of the dataset itself when it was a source, else ``None``): a description becomes a
-#: one-element list, ``None`` stays ``None`` (not recorded: not checked).
+#: description of the dataset itself when it was a source, else ``None``), and a fingerprint is of
+#: the files' content (relative names, sizes, footers or member tables; version 3 fingerprinted
+#: absolute paths and modification times, which cannot be compared with it): a description
+#: becomes a one-element list whose fingerprint is marked ``"v3:"`` (loading it raises, naming the
+#: ``check_files=False`` override), ``None`` stays ``None`` (not recorded: not checked).
 _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
@@ -111,7 +117,10 @@ def _migrate_2_to_3(d: dict[str, Any]) -> dict[str, Any]:
 
 def _migrate_3_to_4(d: dict[str, Any]) -> dict[str, Any]:
     files = d.get("files")
-    return {**d, "version": 4, "files": [files] if isinstance(files, dict) else files}
+    if isinstance(files, dict):
+        old = files.get("fingerprint")
+        files = [{**files, "fingerprint": f"{LEGACY_FINGERPRINT}{old}"}] if isinstance(old, str) else [files]
+    return {**d, "version": 4, "files": files}
 
 
 #: The keys of a source's file-list description (``seqloader.sources.fingerprint.describe_files``):

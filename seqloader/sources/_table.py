@@ -10,6 +10,10 @@ turns each decoded block into numpy columns once (zero-copy where Arrow allows),
   column arrays in the order of ``positions`` (sliced out of the decoded blocks with one numpy
   ``take`` per column and block). ``torch.utils.data.default_convert`` turns that dict into
   tensors without a per-row step, so ``collate_fn=default_convert`` is the matching collate.
+
+A decoded block must hold as many rows as the index says (a footer that promises other counts
+than its pages hold is refused, naming the file and the block), and an error raised while
+decoding one keeps its type and gains a note naming the file and the block.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from seqloader.errors import annotate, check_positive_int, note_stage
+from seqloader.errors import add_note, annotate, check_positive_int, note_stage
 from seqloader.sequences._util import check_bool, check_callable, fname
 from seqloader.sources._process import ProcessLocal
 from seqloader.sources.base import Positions, Source, group_by_block
@@ -82,8 +86,10 @@ class TableSource(Source[Any]):
     """Shared by :func:`~seqloader.parquet` and :func:`~seqloader.arrow_ipc` (see the module docstring)."""
 
     _op = "table"
+    _block_word = "block"
 
     _schema_names: list[str]  # the columns read, set by the subclass once the files' schemas are known
+    _where: list[tuple[int, int]]  # per block: (file, block of that file)
 
     def _init_output(self, columns: Sequence[str] | None, transform: Callable | None, columnar: bool,
                      cache_blocks: int) -> None:
@@ -107,6 +113,18 @@ class TableSource(Source[Any]):
     def _read_blocks(self, blocks: list[int]) -> list[Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _block_name(self, b: int) -> str:
+        """``"row group 3 of /data/part-0.parquet"``: block ``b``, for messages."""
+        k, g = self._where[b]
+        return f"{self._block_word} {g} of {self._files.infos[k].path}"
+
+    def _noted(self, exc: BaseException, b: int) -> BaseException:
+        """``exc`` with a note naming block ``b`` and its file (unless its message names the file)."""
+        k, _ = self._where[b]
+        if self._files.infos[k].path not in str(exc):
+            add_note(exc, f"{self._op}: while reading {self._block_name(b)}")
+        return exc
+
     def counters(self) -> dict[str, int]:
         """This process's counts: blocks decoded, their bytes (Arrow's ``nbytes``), items read."""
         return dict(self._cache.get().counters)
@@ -124,6 +142,11 @@ class TableSource(Source[Any]):
         missing = [b for b in blocks if b not in out]
         if missing:
             tables = self._read_blocks(missing)
+            for b, table in zip(missing, tables):
+                want = int(self._index.ends[b] - self._index.starts[b])
+                if table.num_rows != want:
+                    raise ValueError(f"{self._op}: {self._block_name(b)} holds {table.num_rows} rows but the file's "
+                                     f"footer says {want}; the file is corrupt: write it again")
             with cache.lock:
                 for b, table in zip(missing, tables):
                     cols = {name: to_numpy(table.column(name)) for name in self._schema_names}
@@ -144,8 +167,12 @@ class TableSource(Source[Any]):
         self._cache.get().counters["items_read"] += 1
         if self._transform is None:
             return row
-        with annotate(self, i):
-            return self._transform(row)
+        try:
+            with annotate(self, i):
+                return self._transform(row)
+        except Exception as exc:
+            add_note(exc, f"{self._op}: row {int(r[0])} of {self._block_name(int(b[0]))}")
+            raise
 
     def _items(self, positions: Positions) -> Any:
         blocks, rows = self._index.locate(positions)
@@ -166,6 +193,7 @@ class TableSource(Source[Any]):
                     out[w] = self._transform(out[w])
             except Exception as exc:
                 note_stage(exc, self, int(positions[w]))
+                add_note(exc, f"{self._op}: row {int(rows[w])} of {self._block_name(int(blocks[w]))}")
                 raise
         return out
 

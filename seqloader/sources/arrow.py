@@ -6,16 +6,28 @@ files are decompressed per batch). Rows, the columnar mode and the cache of deco
 those of :func:`~seqloader.parquet` (:mod:`seqloader.sources._table`). The IPC *file* format
 keeps an index of its batches in a footer; the *stream* format does not, and Feather v1 is
 another format: both are refused with what to do.
+
+What is checked: the file must start and end with ``ARROW1`` (a truncated copy has no footer:
+refused, naming the file); the digest of the footer is the file's content in a fingerprint, and
+every process that opens the file compares it with the index's before its first read; each
+record batch is validated (``RecordBatch.validate``: buffer sizes and offsets) when it is
+decoded and must have the rows the index says; an error keeps its type and gains a note naming
+the file and the batch. Arrow IPC has no checksums: a flipped bit in a value is not detected.
 """
 
 from __future__ import annotations
 
 import collections
+import struct
 import threading
 from typing import Any, Callable, Sequence
 
+from seqloader.errors import add_note
+from seqloader.sources._footer import Footer, arrow_blocks, arrow_footer
+from seqloader.sources._listing import resolve
 from seqloader.sources._process import ProcessLocal, Threads, optional_import
-from seqloader.sources._storage import Files, RangeFile, resolve
+from seqloader.sources._progress import Progress, log
+from seqloader.sources._storage import Files, RangeFile
 from seqloader.sources._table import TableSource
 from seqloader.sources.base import BlockIndex
 
@@ -23,7 +35,6 @@ __all__ = ["arrow_ipc"]
 
 _OP = "arrow_ipc"
 _SUFFIXES = (".arrow", ".feather", ".ipc")
-TAIL_BYTES = 64 * 1024
 
 
 def _pa() -> Any:
@@ -43,8 +54,55 @@ def _not_a_file(path: str, head: bytes) -> ValueError | None:
                       "(pyarrow.feather.write_feather(table, path), or pyarrow.ipc.new_file)")
 
 
+def _check_schemas(infos: Sequence[Any], schemas: list[Any], columns: list[str] | None) -> list[str]:
+    """The names of the columns read; ``ValueError`` naming the files and the column where two
+    files disagree, or the file that lacks a selected column."""
+    first = schemas[0]
+    names = list(first.names) if columns is None else columns
+    for c in names:
+        if first.get_field_index(c) < 0:
+            raise ValueError(f"{_OP}: column {c!r} is not in {infos[0].path} (its columns: {', '.join(first.names)})")
+    for k, schema in enumerate(schemas[1:], start=1):
+        for c in names if columns is not None else list(dict.fromkeys([*names, *schema.names])):
+            i = schema.get_field_index(c)
+            if i < 0 or first.get_field_index(c) < 0:
+                missing_in, present_in = (infos[k].path, infos[0].path) if i < 0 else (infos[0].path, infos[k].path)
+                raise ValueError(f"{_OP}: column {c!r} is in {present_in} but not in {missing_in}")
+            if not schema.field(i).type.equals(first.field(c).type):
+                raise ValueError(f"{_OP}: column {c!r} is {first.field(c).type} in {infos[0].path} but "
+                                 f"{schema.field(i).type} in {infos[k].path}")
+    return names
+
+
+def _schema_end(path: str, head: bytes, size: int) -> int:
+    """Where the schema message that opens the IPC stream of a file ends (``head``: its first 16 bytes)."""
+    marker, length = struct.unpack("<iI", head[8:16])
+    end = 16 + length if marker == -1 else 12 + marker   # (a legacy stream has no continuation marker)
+    if not 12 < end <= size:
+        raise ValueError(f"{_OP}: {path} is corrupt: its schema message (at offset 8) ends at {end}, outside the file")
+    return end
+
+
+def _check_layout(path: str, size: int, schema_end: int, footer: Footer) -> None:
+    """The footer's blocks must tile the file from the schema message to the footer (a corrupt footer
+    would otherwise drop or repeat record batches without an error)."""
+    start = size - len(footer.footer)
+    try:
+        blocks = arrow_blocks(footer.footer[:-10])
+    except struct.error as exc:
+        raise ValueError(f"{_OP}: {path} is corrupt: its footer cannot be parsed ({exc})") from None
+    pos = schema_end
+    for offset, meta, body in blocks:
+        if offset != pos or meta <= 0 or body < 0:
+            raise ValueError(f"{_OP}: {path} is corrupt: its footer lists a batch at offset {offset} (metadata "
+                             f"{meta}, body {body} bytes) where the previous message ends at {pos}")
+        pos = offset + meta + body
+    if not 0 <= start - pos <= 8:   # (the end-of-stream marker, 0, 4 or 8 bytes)
+        raise ValueError(f"{_OP}: {path} is corrupt: its batches end at offset {pos} but its footer starts at {start}")
+
+
 class _Readers:
-    """Per process: open ``RecordBatchFileReader`` objects, by file."""
+    """Per process: open ``RecordBatchFileReader`` objects and their footers' digests, by file."""
 
     def __init__(self) -> None:
         self.readers: collections.OrderedDict[int, Any] = collections.OrderedDict()
@@ -53,42 +111,43 @@ class _Readers:
 
 class _ArrowIPC(TableSource):
     _op = _OP
+    _block_word = "record batch"
 
     def __init__(self, paths: Any, columns: Sequence[str] | None, transform: Callable | None, columnar: bool,
                  cache_blocks: int, num_threads: int, storage_options: dict | None):
         self._init_output(columns, transform, columnar, cache_blocks)
         self._threads = Threads(_OP, num_threads)
-        infos, protocol = resolve(_OP, paths, _SUFFIXES, storage_options)
-        self._files = Files(_OP, infos, protocol, storage_options)
+        self._files = Files(_OP, resolve(_OP, paths, _SUFFIXES, storage_options), storage_options)
+        infos = self._files.infos
         self._readers: ProcessLocal[_Readers] = ProcessLocal(_Readers)
-        opened = self._threads.map(lambda k: self._open_file(k, check=False), range(len(infos)))
-        first = opened[0].schema
-        names = list(first.names) if self._columns is None else self._columns
-        for c in names:
-            if first.get_field_index(c) < 0:
-                raise ValueError(f"{_OP}: column {c!r} is not in {infos[0].path} (its columns: {', '.join(first.names)})")
-        for k, reader in enumerate(opened[1:], start=1):
-            schema = reader.schema
-            for c in names if self._columns is not None else list(dict.fromkeys([*names, *schema.names])):
-                i = schema.get_field_index(c)
-                if i < 0 or first.get_field_index(c) < 0:
-                    missing_in, present_in = ((infos[k].path, infos[0].path) if i < 0
-                                              else (infos[0].path, infos[k].path))
-                    raise ValueError(f"{_OP}: column {c!r} is in {present_in} but not in {missing_in}")
-                if not schema.field(i).type.equals(first.field(c).type):
-                    raise ValueError(f"{_OP}: column {c!r} is {first.field(c).type} in {infos[0].path} but "
-                                     f"{schema.field(i).type} in {infos[k].path}")
-        self._schema_names = names
-        counts, where = [], []
-        for k, reader in enumerate(opened):
-            for g in range(reader.num_record_batches):
-                counts.append(reader.get_batch(g).num_rows)
-                where.append((k, g))
-        self._index = BlockIndex(counts)
-        self._where = where
+        self._digests: list[str] | None = None
+        progress = Progress(_OP, len(infos), "files")
 
-    def _open_file(self, k: int, check: bool = True) -> Any:
-        """This process's reader of file ``k`` (memory-mapped locally; range reads remotely)."""
+        def index(k: int) -> tuple[Any, list[int], str]:
+            reader, digest = self._open_file(k, check=False)
+            counts = []
+            for g in range(reader.num_record_batches):
+                try:
+                    counts.append(reader.get_batch(g).num_rows)
+                except Exception as exc:
+                    raise add_note(exc, f"{_OP}: while indexing record batch {g} of {infos[k].path}")
+            progress.update("read")
+            log.debug("%s: %s: %d record batches", _OP, infos[k].path, len(counts))
+            return reader.schema, counts, digest
+
+        try:
+            opened = self._threads.map(index, range(len(infos)))
+        finally:
+            progress.close()
+        self._schema_names = _check_schemas(infos, [schema for schema, _, _ in opened], self._columns)
+        self._digests = [d for _, _, d in opened]
+        self._files.contents = [f"footer:{d}" for d in self._digests]
+        self._index = BlockIndex([n for _, counts, _ in opened for n in counts])
+        self._where = [(k, g) for k, (_, counts, _) in enumerate(opened) for g in range(len(counts))]
+
+    def _open_file(self, k: int, check: bool = True) -> tuple[Any, str]:
+        """This process's reader of file ``k`` (memory-mapped locally; range reads remotely) and the
+        digest of its footer; once the index is built, a footer that differs from it raises."""
         state = self._readers.get()
         with state.lock:
             if k in state.readers:
@@ -96,29 +155,48 @@ class _ArrowIPC(TableSource):
                 return state.readers[k]
         pa = _pa()
         info = self._files.infos[k]
-        head = self._files.read(k, 0, min(info.size, 8), check=check)
+        head = self._files.read(k, 0, min(info.size, 16), check=check)
         error = _not_a_file(info.path, head)
         if error is not None:
             raise error
+        footer = arrow_footer(_OP, self._files, k, check=check)
+        if self._digests is not None and footer.digest != self._digests[k]:
+            raise self._files.changed_content(k, f"its footer's digest is {footer.digest}, the index's "
+                                                 f"{self._digests[k]}")
         if self._files.remote:
-            tail_start = max(0, info.size - TAIL_BYTES)
-            tail = self._files.read(k, tail_start, info.size, check=False)
-            source = RangeFile(info.size, [(0, head), (tail_start, tail)],
+            source = RangeFile(info.size, [(0, head), (footer.start, footer.tail)],
                                fetch=lambda s, e: self._files.read(k, s, e))
         else:
             source = pa.memory_map(self._files.local_path(k))
-        reader = pa.ipc.open_file(source)
+        try:
+            reader = pa.ipc.open_file(source)
+            if self._digests is None:   # indexing: the footer must agree with the stream it indexes
+                schema_end = _schema_end(info.path, head, info.size)
+                _check_layout(info.path, info.size, schema_end, footer)
+                stream = pa.ipc.read_schema(pa.py_buffer(self._files.read(k, 8, schema_end, check=False)))
+                if not stream.equals(reader.schema, check_metadata=True):
+                    raise ValueError(f"{_OP}: {info.path} is corrupt: the schema in its footer differs from the one "
+                                     f"at its start ({', '.join(map(str, reader.schema))[:120]} vs "
+                                     f"{', '.join(map(str, stream))[:120]})")
+        except Exception as exc:
+            if info.path not in str(exc):
+                add_note(exc, f"{_OP}: while opening {info.path}")
+            raise
         with state.lock:
-            state.readers[k] = reader
+            state.readers[k] = (reader, footer.digest)
             while len(state.readers) > 64:
                 state.readers.popitem(last=False)
-        return reader
+        return reader, footer.digest
 
     def _read_block(self, b: int) -> Any:
         k, g = self._where[b]
-        reader = self._open_file(k)
+        reader, _ = self._open_file(k)
         self._files.check(k)
-        batch = reader.get_batch(g)
+        try:
+            batch = reader.get_batch(g)
+            batch.validate()
+        except Exception as exc:
+            raise self._noted(exc, b)
         return _pa().Table.from_batches([batch]).select(self._schema_names)
 
     def _read_blocks(self, blocks: list[int]) -> list[Any]:
@@ -156,7 +234,9 @@ def arrow_ipc(paths: Any, *, columns: Sequence[str] | None = None, transform: Ca
     Raises:
         ImportError: pyarrow is missing (``pip install seqloader[parquet]``).
         FileNotFoundError: a path does not exist.
-        ValueError: a file is an IPC stream, Feather v1 or not Arrow; files disagree on a column.
+        ValueError: a file is an IPC stream, Feather v1, not Arrow, or truncated (no footer);
+            files disagree on a column.
+        RuntimeError: at read time, a file changed since it was indexed (naming it).
 
     Example:
         >>> import os, tempfile, pyarrow as pa, pyarrow.feather as feather

@@ -88,7 +88,7 @@ def group_by_block(blocks: Positions) -> list[tuple[int, Positions]]:
 
 
 def fingerprint_of(description: Sequence[Sequence[Any]]) -> str:
-    """16 hex digits of SHA-256 over a file-list description (names, sizes, versions)."""
+    """16 hex digits of SHA-256 over a file-list description (relative names, sizes, contents)."""
     text = json.dumps([list(f) for f in description], separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -104,9 +104,13 @@ class Source(LazySequence[T_co]):
       batch's indices;
     * ``src.blocks()``: the cumulative ends of its natural blocks (row groups, record batches,
       shards, files), for a block shuffle that reads block by block;
-    * ``src.files()`` and ``src.fingerprint()``: the file list it was built from
-      (``[path, size, version]`` with ``version`` the mtime or ETag) and a short digest of it,
-      to refuse resuming on other files (:func:`seqloader.check_same_files`).
+    * ``src.files()`` and ``src.fingerprint()``: the file list it was built from, as
+      ``[name, size, content]`` (``name`` relative to the folder the source was given,
+      ``content`` a digest of what the index depends on: a Parquet or Arrow footer, a tar
+      member table), and a short digest of it, to refuse resuming on other files
+      (:func:`seqloader.check_same_files`); neither depends on where the files are or on their
+      modification times, so a copy elsewhere (``cp -a``) or a new download fingerprints the same;
+    * ``src.paths()``: where the files are (absolute paths or URLs).
     """
 
     _index: BlockIndex
@@ -121,11 +125,33 @@ class Source(LazySequence[T_co]):
         return self._index.ends
 
     def files(self) -> list[list]:
-        """``[[path, size, version], ...]``, the files in the order their items appear."""
+        """The files in the order their items appear, described by what they hold.
+
+        Returns:
+            ``[[name, size, content], ...]`` (JSON types; see the class docstring): the same for
+            the same files wherever they are.
+
+        Example:
+            >>> import os, shutil, tempfile, pyarrow as pa, pyarrow.parquet as pq
+            >>> from seqloader.sources import parquet
+            >>> a = tempfile.mkdtemp(); pq.write_table(pa.table({"x": [1, 2]}), os.path.join(a, "p.parquet"))
+            >>> b = shutil.copytree(a, os.path.join(tempfile.mkdtemp(), "copy"))
+            >>> src, copy = parquet(a), parquet(b)
+            >>> name, size, content = src.files()[0]
+            >>> name, content.startswith("footer:"), src.fingerprint() == copy.fingerprint()
+            ('p.parquet', True, True)
+            >>> src.paths() == copy.paths()   # where they are differs
+            False
+        """
         return self._files.describe()
 
+    def paths(self) -> list[str]:
+        """The files' absolute paths or URLs, in the order their items appear."""
+        return [f.path for f in self._files.infos]
+
     def fingerprint(self) -> str:
-        """16 hex digits that change whenever a file is added, removed, renamed or modified."""
+        """16 hex digits that change whenever a file is added, removed, renamed (relative to the
+        source's folder), resized, or changed in what the index depends on."""
         return fingerprint_of(self.files())
 
     def _positions(self, positions: Any) -> Positions:

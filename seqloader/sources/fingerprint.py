@@ -1,8 +1,14 @@
 """Is this the file list a state was saved with? :func:`describe_files` and :func:`check_same_files`.
 
-A loader state that says "position 40960" means "of *these* files". A source's file list is
-``[[path, size, version], ...]`` (``version``: the mtime locally, the ETag remotely); its
-*description* is ``{"files": n, "fingerprint": "<16 hex digits>", "chunk": c, "chunks": [...]}``:
+A loader state that says "position 40960" means "of *these* files". A source's file list
+(``Source.files()``) is ``[[name, size, content], ...]``: ``name`` relative to the folder the
+source was given, ``content`` a digest of what the source's index depends on (``footer:<hex>``
+for Parquet and Arrow IPC files, ``members:<hex>`` for tar shards: their member table and a few
+member headers; ``class:<name>`` for an image folder's files). It holds no absolute path and no
+modification time: the same files copied elsewhere (``cp -a``), to another node, or downloaded
+again describe the same, and a file replaced by another of the same name and size but another
+footer or member table does not. (What it cannot see, such as a flipped bit in a JPEG's pixels,
+is listed in docs/data.md, "What seqloader checks, and what it cannot".) Its *description* is ``{"files": n, "fingerprint": "<16 hex digits>", "chunk": c, "chunks": [...]}``:
 the fingerprint of the whole list and of each run of ``c`` consecutive files (at most 32 runs,
 6 hex digits each), small enough for a state dict (< 450 bytes whatever the number of files).
 :func:`check_same_files` compares two file lists, or a saved description with a source, and
@@ -37,7 +43,7 @@ def describe_files(source: Any) -> dict:
     file list: JSON types, < 450 bytes.
 
     Args:
-        source: a seqloader source (anything with ``files()``) or a list of ``[path, size, version]``.
+        source: a seqloader source (anything with ``files()``) or a list of ``[name, size, content]``.
 
     Returns:
         The description to store in a checkpoint.
@@ -46,15 +52,15 @@ def describe_files(source: Any) -> dict:
         TypeError: ``source`` is neither.
 
     Example:
-        >>> describe_files([["a.parquet", 10, "mtime_ns:1"]])
-        {'files': 1, 'fingerprint': 'ad041802c3d07798', 'chunk': 1, 'chunks': ['ad0418']}
+        >>> describe_files([["a.parquet", 10, "footer:00112233"]])
+        {'files': 1, 'fingerprint': 'd4cf74b54564941b', 'chunk': 1, 'chunks': ['d4cf74']}
         >>> describe_files(3)
         Traceback (most recent call last):
-        TypeError: describe_files: expected a source with files() or a list of [path, size, version] (got int)
+        TypeError: describe_files: expected a source with files() or a list of [name, size, content] (got int)
     """
     files = _file_list(source)
     if files is None:
-        raise TypeError("describe_files: expected a source with files() or a list of [path, size, version] "
+        raise TypeError("describe_files: expected a source with files() or a list of [name, size, content] "
                         f"(got {type(source).__name__})")
     per = max(1, -(-len(files) // CHUNKS))
     return {"files": len(files), "fingerprint": fingerprint_of(files), "chunk": per,
@@ -75,15 +81,15 @@ def check_same_files(saved: Any, current: Any) -> None:
 
     Raises:
         ValueError: the lists differ; the message names the first file that differs (with both
-            sizes and versions) when both sides are lists, else the counts and fingerprints.
+            sizes and contents) when both sides are lists, else the counts and fingerprints.
         TypeError: an argument is none of the kinds above.
 
     Example:
-        >>> a = [["x.tar", 10, "mtime_ns:1"], ["y.tar", 20, "mtime_ns:2"]]
+        >>> a = [["x.tar", 10, "members:01"], ["y.tar", 20, "members:02"]]
         >>> check_same_files(a, a); check_same_files(describe_files(a), a)
-        >>> check_same_files(a, [a[0], ["y.tar", 21, "mtime_ns:3"]])
+        >>> check_same_files(a, [a[0], ["y.tar", 20, "members:03"]])
         Traceback (most recent call last):
-        ValueError: check_same_files: file 1 differs: y.tar (size 20, mtime_ns:2) when saved, y.tar (size 21, mtime_ns:3) now; resume with the files the state was saved with
+        ValueError: check_same_files: file 1 differs: y.tar (size 20, members:02) when saved, y.tar (size 20, members:03) now; resume with the files the state was saved with
     """
     saved_list, current_list = _file_list(saved), _file_list(current)
     if saved_list is not None and current_list is not None:
@@ -108,7 +114,8 @@ def check_same_files(saved: Any, current: Any) -> None:
         raise ValueError(f"check_same_files: the files differ from those the state was saved with "
                          f"({s.get('files')} files, fingerprint {s.get('fingerprint')} when saved; "
                          f"{c.get('files')} files, fingerprint {c.get('fingerprint')} now){extra}; "
-                         "resume with the same files (same names, sizes and modification times)")
+                         "resume with the same files (the same names relative to the source's folder, sizes "
+                         "and contents)")
 
 
 def _name_the_difference(saved: dict, current: list) -> None:
@@ -128,7 +135,7 @@ def _name_the_difference(saved: dict, current: list) -> None:
         where = (f"file {lo}, {_fmt(part[0])} now," if per == 1 else
                  f"files {lo}..{lo + len(part) - 1} ({part[0][0]} .. {part[-1][0]}, one of them at least)")
         raise ValueError(f"check_same_files: {where} differs from the file list the state was saved with "
-                         "(name, size or modification time); resume with the files the state was saved with")
+                         "(name, size or content); resume with the files the state was saved with")
     if len(current) > (saved.get("files") or 0):
         k = saved.get("files") or 0
         raise ValueError(f"check_same_files: {saved.get('files')} files when saved, {len(current)} now; file {k} "

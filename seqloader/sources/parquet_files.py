@@ -8,17 +8,31 @@ a batch). A batch reads each of its row groups once (remote ones concurrently, o
 request per row group covering the selected columns' chunks), decodes it with pyarrow and keeps
 the last ``cache_blocks`` decoded row groups per process; rows are sliced out of the decoded
 columns (see :mod:`seqloader.sources._table`).
+
+What is checked: the footer must be whole (:mod:`seqloader.sources._footer`); its digest is the
+file's content in a fingerprint, and every process that opens a local file reads the footer
+again and compares it with the index's before its first read (a remote file is read with the
+index's own footer, its ETag checked once per process). Pages are read with pyarrow's
+``page_checksum_verification`` on, so a page whose CRC the writer recorded
+(``write_page_checksum=True``) is checked when it is decoded. A decoded row group must have the
+rows its footer promised. An error while decoding keeps its type and gains a note naming the
+file and the row group. Hive partition folders (``year=2024/``) become columns
+(:mod:`seqloader.sources._hive`).
 """
 
 from __future__ import annotations
 
 import collections
-import struct
 import threading
 from typing import Any, Callable, Sequence
 
+from seqloader.errors import add_note
+from seqloader.sources._footer import Footer, parquet_footer
+from seqloader.sources._hive import Partitions, partitions
+from seqloader.sources._listing import resolve
 from seqloader.sources._process import ProcessLocal, Threads, optional_import
-from seqloader.sources._storage import Files, RangeFile, resolve
+from seqloader.sources._progress import Progress, log
+from seqloader.sources._storage import Files, RangeFile
 from seqloader.sources._table import TableSource
 from seqloader.sources.base import BlockIndex
 
@@ -26,44 +40,38 @@ __all__ = ["parquet"]
 
 _OP = "parquet"
 _SUFFIXES = (".parquet", ".parq", ".pq")
-#: Bytes read from the end of a remote file to find its footer in one request.
-TAIL_BYTES = 64 * 1024
 
 
 def _pq() -> Any:
     return optional_import("pyarrow.parquet", "parquet", _OP)
 
 
-def _remote_footer(files: Files, k: int) -> bytes:
-    """The last bytes of remote file ``k``, footer included: one request (two for a large footer)."""
-    size = files.infos[k].size
-    if size < 12:
-        raise ValueError(f"{_OP}: {files.infos[k].path} is not a Parquet file ({size} bytes)")
-    tail = files.read(k, max(0, size - TAIL_BYTES), size, check=False)  # listed a moment ago
-    if tail[-4:] != b"PAR1":
-        raise ValueError(f"{_OP}: {files.infos[k].path} is not a Parquet file (no PAR1 magic at its end)")
-    need = struct.unpack("<i", tail[-8:-4])[0] + 8
-    if need > len(tail):
-        tail = files.read(k, size - need, size, check=False)
-    return tail
-
-
-def _read_footer(files: Files, k: int) -> Any:
-    """The ``FileMetaData`` of file ``k``; errors name the file."""
-    path = files.infos[k].path
+def _parse(files: Files, k: int, footer: Footer) -> Any:
+    """The ``FileMetaData`` in ``footer``; a footer pyarrow cannot parse raises ``ValueError`` naming the file."""
     try:
-        if files.remote:
-            size = files.infos[k].size
-            tail = _remote_footer(files, k)
-            return _pq().read_metadata(RangeFile(size, [(size - len(tail), tail)]))
-        files.check(k)
-        return _pq().read_metadata(path)
-    except (FileNotFoundError, RuntimeError):
-        raise
+        return _pq().read_metadata(RangeFile(files.infos[k].size, [(footer.start, footer.tail)]))
     except Exception as exc:
-        if "Parquet" in type(exc).__name__ or "magic" in str(exc).lower() or isinstance(exc, OSError):
-            raise ValueError(f"{_OP}: {path} is not a readable Parquet file ({exc})") from exc
-        raise
+        if isinstance(exc, (OSError, ValueError)) or "Arrow" in type(exc).__name__:
+            raise ValueError(f"{_OP}: {files.infos[k].path} is not a readable Parquet file ({exc})") from exc
+        raise add_note(exc, f"{_OP}: while reading the footer of {files.infos[k].path}")
+
+
+def _read_footer(files: Files, k: int) -> tuple[Any, str]:
+    """The ``FileMetaData`` of file ``k`` and the digest of its footer (one read; errors name the file)."""
+    footer = parquet_footer(_OP, files, k)
+    return _parse(files, k, footer), footer.digest
+
+
+def _row_counts(files: Files, k: int, meta: Any) -> list[int]:
+    """The row counts of file ``k``'s row groups, which must add up to the file's (pyarrow reads as many
+    rows as a row group claims: a corrupt count would drop or shift rows). (Not the column chunks'
+    value counts: pyarrow aborts the process on some corrupt column chunk metadata.)"""
+    counts = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    if sum(counts) != meta.num_rows or min(counts, default=0) < 0:
+        raise ValueError(f"{_OP}: {files.infos[k].path} is corrupt: its footer says {meta.num_rows} rows but its row "
+                         f"groups {sum(counts)} ({', '.join(map(str, counts[:8]))}{', ...' if len(counts) > 8 else ''}); "
+                         "write it again")
+    return counts
 
 
 def _check_schemas(files: Files, schemas: Sequence[Any], columns: list[str] | None) -> list[str]:
@@ -101,28 +109,58 @@ class _Open:
 
 class _Parquet(TableSource):
     _op = _OP
+    _block_word = "row group"
 
     def __init__(self, paths: Any, columns: Sequence[str] | None, transform: Callable | None, columnar: bool,
-                 cache_blocks: int, num_threads: int, storage_options: dict | None):
+                 cache_blocks: int, num_threads: int, storage_options: dict | None, partitioning: str | None):
         self._init_output(columns, transform, columnar, cache_blocks)
+        if partitioning not in ("hive", None):
+            raise ValueError(f"{_OP}: partitioning must be 'hive' or None (got {partitioning!r})")
         self._threads = Threads(_OP, num_threads)
-        infos, protocol = resolve(_OP, paths, _SUFFIXES, storage_options)
-        self._files = Files(_OP, infos, protocol, storage_options)
-        metas = self._threads.map(lambda k: _read_footer(self._files, k), range(len(infos)))
-        schemas = [m.schema.to_arrow_schema() for m in metas]
-        self._schema_names = _check_schemas(self._files, schemas, self._columns)
+        self._files = Files(_OP, resolve(_OP, paths, _SUFFIXES, storage_options), storage_options)
+        infos = self._files.infos
+        self._parts: Partitions | None = None
+        if partitioning == "hive":
+            self._parts = partitions(_OP, self._files.names(), [f.path for f in infos])
+        progress = Progress(_OP, len(infos), "footers")
+
+        def footer(k: int) -> tuple[Any, str]:
+            out = _read_footer(self._files, k)
+            progress.update("read")
+            log.debug("%s: %s: footer read (%d row groups)", _OP, infos[k].path, out[0].num_row_groups)
+            return out
+
+        try:
+            footers = self._threads.map(footer, range(len(infos)))
+        finally:
+            progress.close()
+        metas = [m for m, _ in footers]
+        self._digests = [d for _, d in footers]
+        self._files.contents = ["footer:" + d for d in self._digests]
+        self._init_columns([m.schema.to_arrow_schema() for m in metas])
         self._metas = metas if self._files.remote else None  # FileMetaData pickles (as its footer)
         counts, where = [], []
         for k, meta in enumerate(metas):
-            for g in range(meta.num_row_groups):
-                counts.append(meta.row_group(g).num_rows)
-                where.append((k, g))
+            counts += _row_counts(self._files, k, meta)
+            where += [(k, g) for g in range(meta.num_row_groups)]
         self._index = BlockIndex(counts)
         self._where = where
         self._open: ProcessLocal[_Open] = ProcessLocal(_Open)
 
+    def _init_columns(self, schemas: list[Any]) -> None:
+        """The columns read from the files and the partition columns added to them."""
+        parts = self._parts.names if self._parts is not None else []
+        for name in parts:
+            if schemas[0].get_field_index(name) >= 0:
+                raise ValueError(f"{_OP}: {name!r} is both a column of {self._files.infos[0].path} and a hive "
+                                 "partition folder; pass partitioning=None to read the column of the files only")
+        wanted = None if self._columns is None else [c for c in self._columns if c not in parts]
+        self._file_columns = _check_schemas(self._files, schemas, wanted)
+        self._schema_names = self._file_columns + parts if self._columns is None else list(self._columns)
+
     def _file(self, k: int) -> Any:
-        """This process's ``ParquetFile`` (local) or ``FileMetaData`` (remote) of file ``k``."""
+        """This process's ``ParquetFile`` (local) or ``FileMetaData`` (remote) of file ``k``. A local
+        file's footer is read again and compared with the index's once per process."""
         if self._metas is not None:
             return self._metas[k]
         state = self._open.get()
@@ -130,7 +168,12 @@ class _Parquet(TableSource):
             if k in state.files:
                 state.files.move_to_end(k)
                 return state.files[k]
-        value = _pq().ParquetFile(self._files.local_path(k))
+        footer = parquet_footer(_OP, self._files, k, check=True)
+        if footer.digest != self._digests[k]:
+            raise self._files.changed_content(k, f"its footer's digest is {footer.digest}, the index's "
+                                                 f"{self._digests[k]}")
+        value = _pq().ParquetFile(self._files.infos[k].path, metadata=_parse(self._files, k, footer),
+                                  page_checksum_verification=True)
         with state.lock:
             state.files[k] = value
             while len(state.files) > 64:
@@ -141,7 +184,11 @@ class _Parquet(TableSource):
         k, g = self._where[b]
         pf = self._file(k)
         self._files.check(k)
-        return pf.read_row_group(g, columns=self._schema_names, use_threads=False)
+        try:
+            table = pf.read_row_group(g, columns=self._file_columns, use_threads=False)
+        except Exception as exc:
+            raise self._noted(exc, b)
+        return self._with_partitions(table, k)
 
     def _read_remote(self, b: int) -> Any:
         k, g = self._where[b]
@@ -150,17 +197,29 @@ class _Parquet(TableSource):
         spans = []
         for j in range(rg.num_columns):
             col = rg.column(j)
-            if col.path_in_schema.split(".")[0] not in self._schema_names:
+            if col.path_in_schema.split(".")[0] not in self._file_columns:
                 continue
             start = col.data_page_offset
             if col.has_dictionary_page and col.dictionary_page_offset:
                 start = min(start, col.dictionary_page_offset)
             spans.append((start, start + col.total_compressed_size))
-        start, end = min(s for s, _ in spans), max(e for _, e in spans)
         size = self._files.infos[k].size
+        start, end = (min(s for s, _ in spans), max(e for _, e in spans)) if spans else (0, 0)
         data = self._files.read(k, start, end)
         f = RangeFile(size, [(start, data)], fetch=lambda s, e: self._files.read(k, s, e))
-        return _pq().ParquetFile(f, metadata=meta).read_row_group(g, columns=self._schema_names)
+        try:
+            table = _pq().ParquetFile(f, metadata=meta, page_checksum_verification=True).read_row_group(
+                g, columns=self._file_columns)
+        except Exception as exc:
+            raise self._noted(exc, b)
+        return self._with_partitions(table, k)
+
+    def _with_partitions(self, table: Any, k: int) -> Any:
+        if self._parts is None:
+            return table
+        for name, column in self._parts.columns(k, table.num_rows):
+            table = table.append_column(name, column)
+        return table
 
     def _read_blocks(self, blocks: list[int]) -> list[Any]:
         if self._files.remote:
@@ -173,14 +232,18 @@ class _Parquet(TableSource):
 
 def parquet(paths: Any, *, columns: Sequence[str] | None = None, transform: Callable | None = None,
             columnar: bool = False, cache_blocks: int = 8, num_threads: int = 16,
-            storage_options: dict | None = None) -> TableSource:
+            storage_options: dict | None = None, partitioning: str | None = "hive") -> TableSource:
     """The rows of Parquet files as a lazy, position-addressable sequence.
 
     Item ``p`` is row ``p`` of the files laid end to end (in the order given; a folder or a glob
     is sorted by path). Only the footers are read here; a row group is decoded when one of its
     rows is first read, once per batch, and the last ``cache_blocks`` decoded row groups are
     kept per process. ``blocks()`` are the row groups: give them to a block shuffle so that an
-    epoch decodes each row group about once.
+    epoch decodes each row group about once. Folders named ``key=value`` below ``paths`` (hive
+    partitions) become columns after the files' own, as ``pyarrow.parquet.read_table`` reads
+    them. Each process checks a file's footer against the index before its first read, and page
+    checksums are verified where the writer wrote them; an error while decoding names the file
+    and the row group.
 
     Args:
         paths: a file, a folder (its ``*.parquet``/``*.parq``/``*.pq`` files, recursively), a
@@ -195,6 +258,8 @@ def parquet(paths: Any, *, columns: Sequence[str] | None = None, transform: Call
         num_threads: footers read at once while indexing, row groups fetched at once in a
             batch (remote files).
         storage_options: keyword arguments for the fsspec filesystem (e.g. ``endpoint_url``).
+        partitioning: ``"hive"`` reads ``key=value`` folders as columns (``int32`` when every
+            value is an integer, else ``string``); ``None`` ignores the folder names.
 
     Returns:
         A :class:`seqloader.sources.Source` of ``sum(num_rows)`` rows.
@@ -202,8 +267,10 @@ def parquet(paths: Any, *, columns: Sequence[str] | None = None, transform: Call
     Raises:
         ImportError: pyarrow is missing (``pip install seqloader[parquet]``).
         FileNotFoundError: a path does not exist or a folder holds no Parquet file.
-        ValueError: a file is not Parquet; files disagree on a column (both files and the
-            column are named); a selected column is missing.
+        ValueError: a file is not Parquet, is empty or truncated (no footer); files disagree on
+            a column or on their partition folders (both files and the column are named); a
+            selected column is missing; a partition key is also a column of the files.
+        RuntimeError: at read time, a file changed since it was indexed (naming it).
         TypeError: a bad argument (``transform`` with ``columnar=True``: transform batches in
             the ``collate_fn``).
 
@@ -221,4 +288,4 @@ def parquet(paths: Any, *, columns: Sequence[str] | None = None, transform: Call
         Traceback (most recent call last):
         ValueError: parquet: column 'z' is not in .../a.parquet (its columns: x, y)
     """
-    return _Parquet(paths, columns, transform, columnar, cache_blocks, num_threads, storage_options)
+    return _Parquet(paths, columns, transform, columnar, cache_blocks, num_threads, storage_options, partitioning)

@@ -1,10 +1,11 @@
 """Tar shards in the webdataset layout as a position-addressable sequence: :func:`tar_shards`.
 
-The index is built once per shard (one pass, :mod:`seqloader.sources._tar_index`) and cached;
-afterwards item ``p`` is found by bisection over the shards' cumulative sample counts and read
-by offset: one read (a range request on object storage) spanning its members. A batch groups
-its samples by shard, merges reads that are close together (:data:`MERGE_GAP`) and, for
-remote shards, issues them ``num_threads`` at a time.
+The index is built once per shard (one pass, :mod:`seqloader.sources._tar_index`) and cached
+(:mod:`seqloader.sources._tar_cache`); afterwards item ``p`` is found by bisection over the
+shards' cumulative sample counts and read by offset: one read (a range request on object
+storage) spanning its members. A batch groups its samples by shard, merges reads that are close
+together (:data:`MERGE_GAP`) and, for remote shards, issues them ``num_threads`` at a time. A
+shard's content in a fingerprint is the digest of its member table (``members:<hex>``).
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from seqloader.errors import note_stage
+from seqloader.errors import add_note, note_stage
 from seqloader.sequences._util import check_bool, check_callable, fname
+from seqloader.sources._listing import resolve
 from seqloader.sources._process import Threads
-from seqloader.sources._storage import Files, resolve
-from seqloader.sources._tar_index import ShardIndex, load_or_scan
+from seqloader.sources._progress import Progress
+from seqloader.sources._storage import Files
+from seqloader.sources._tar_cache import load_or_scan
+from seqloader.sources._tar_index import COMPRESSED_SUFFIXES, ShardIndex, compression_of
 from seqloader.sources.base import BlockIndex, Positions, Source, group_by_block
 
 __all__ = ["tar_shards"]
@@ -40,12 +44,22 @@ class _TarShards(Source[Any]):
                             f"(got {extensions!r})")
         self._transform = transform
         self._threads = Threads(_OP, num_threads)
-        infos, protocol = resolve(_OP, paths, _SUFFIXES, storage_options)
-        self._files = Files(_OP, infos, protocol, storage_options)
-        built = self._threads.map(lambda k: load_or_scan(_OP, self._files, k, cache_dir, use_cache), range(len(infos)))
-        self._shards: list[ShardIndex] = [s for s, _ in built]
-        self.index_stats = {"cached": sum(how == "cached" for _, how in built),
-                            "scanned": sum(how == "scanned" for _, how in built)}
+        listing = resolve(_OP, paths, _SUFFIXES, storage_options, explain=_compressed_only)
+        infos = listing.infos
+        self._files = Files(_OP, listing, storage_options)
+        progress = Progress(_OP, len(infos), "shards")
+
+        def build(k: int) -> ShardIndex:
+            index, how = load_or_scan(_OP, self._files, k, cache_dir, use_cache)
+            progress.update(how)
+            return index
+
+        try:
+            self._shards: list[ShardIndex] = self._threads.map(build, range(len(infos)))
+        finally:
+            progress.close()
+        self.index_stats = {"cached": progress.counts.get("cached", 0), "scanned": progress.counts.get("scanned", 0)}
+        self._files.contents = ["members:" + s.digest() for s in self._shards]
         self._extensions = None if extensions is None else [e.lower().lstrip(".") for e in extensions]
         if self._extensions is not None:
             for k, shard in enumerate(self._shards):
@@ -114,13 +128,29 @@ class _TarShards(Source[Any]):
                 for w in range(len(out)):
                     out[w] = self._transform(out[w])
             except Exception as exc:
+                s = int(shards[w])
                 note_stage(exc, self, int(positions[w]))
+                add_note(exc, f"{_OP}: sample {str(self._shards[s].keys[samples[w]])!r} of {self._files.infos[s].path}")
                 raise
         return out
 
     def __repr__(self) -> str:
         t = "" if self._transform is None else f", transform={fname(self._transform)}"
         return f"tar_shards(shards={len(self._files)}{t}, len={len(self)})"
+
+
+_COMPRESSED_TARS = (".tgz", *(".tar" + suffix for suffix in COMPRESSED_SUFFIXES))
+
+
+def _compressed_only(folder: str, names: list[str]) -> Exception | None:
+    """The error for a folder that holds compressed tars and no ``.tar``, else ``None``."""
+    found = [n for n in names if n.lower().endswith(_COMPRESSED_TARS)]
+    if not found:
+        return None
+    return ValueError(f"{_OP}: {folder} holds no .tar file, only {len(found)} compressed tar(s) ({found[0]}: "
+                      f"{compression_of(found[0], b'')}), which cannot be read at random positions (a compressed "
+                      "stream has no offsets); decompress them (e.g. `gunzip`) or write them uncompressed, "
+                      "compressing each member instead (.jpg, .npy.gz)")
 
 
 def tar_shards(paths: Any, *, extensions: Sequence[str] | None = None, transform: Callable | None = None,
@@ -131,9 +161,14 @@ def tar_shards(paths: Any, *, extensions: Sequence[str] | None = None, transform
     Members sharing a key form a sample: ``000123.jpg`` and ``000123.cls`` give item
     ``{"__key__": "000123", "jpg": b"...", "cls": b"..."}`` (bytes, as stored). Each shard is
     indexed once (one pass over its headers; ``num_threads`` shards at a time) and the index is
-    cached, beside the shard when its folder is writable, else in ``cache_dir``, and validated
-    against the shard's size and mtime (ETag remotely): a changed shard is indexed again.
-    ``blocks()`` are the shards.
+    cached, beside the shard when its folder is writable, else in ``cache_dir`` (a warning says
+    when it can be written nowhere). A cached index is used only while the shard has the same
+    size and validator (inode and ctime locally, ETag or version id remotely) and a few of its
+    member headers read again match; a damaged cache file is ignored with a warning naming it.
+    The members of a sample must be consecutive, and every shard must end with tar's
+    end-of-archive marker (a shard without it was cut short). ``blocks()`` are the shards.
+    Builds of many shards report progress (a bar at a terminal when ``tqdm`` is installed, else
+    INFO lines on the ``seqloader`` logger).
 
     Args:
         paths: a shard, a folder (its ``*.tar`` files, recursively), a glob, or a list of them;
@@ -153,8 +188,9 @@ def tar_shards(paths: Any, *, extensions: Sequence[str] | None = None, transform
     Raises:
         FileNotFoundError: a path does not exist or a folder holds no ``.tar`` file.
         ValueError: a shard is compressed (``.tar.gz``: a compressed tar cannot be read at random
-            positions), not a tar, corrupt or truncated (naming shard and offset), or has a key
-            twice with the same field.
+            positions; a folder of only compressed shards says so too), not a tar, corrupt or
+            truncated (naming shard and offset), has a key twice with the same field, or a key
+            whose members are not consecutive (naming shard and key).
         RuntimeError: at read time, a shard changed since it was indexed (naming it).
 
     Example:
@@ -166,8 +202,9 @@ def tar_shards(paths: Any, *, extensions: Sequence[str] | None = None, transform
         >>> samples = tar_shards(path)
         >>> len(samples), samples[-1], samples.blocks().tolist()
         (2, {'__key__': 'b', 'txt': b'yo', 'cls': b'1'}, [2])
-        >>> tar_shards(path + ".gz")
+        >>> os.truncate(path, 2048)   # cut after the first sample: no end-of-archive marker
+        >>> tar_shards(path)
         Traceback (most recent call last):
-        FileNotFoundError: [Errno 2] tar_shards: no such file or directory: '.../shard-000.tar.gz'
+        ValueError: tar_shards: .../shard-000.tar is truncated: the archive stops at offset 2048 without its end-of-archive marker (two zero blocks; 0 of 1024 bytes there): the shard was cut short (an interrupted copy or download?); copy or write it again
     """
     return _TarShards(paths, extensions, transform, num_threads, cache_dir, use_cache, storage_options)

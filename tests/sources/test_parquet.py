@@ -50,7 +50,7 @@ def test_a_folder_a_glob_and_a_list_give_the_same_sorted_files(files, tmp_path):
     a = parquet(str(tmp_path / "data"))
     b = parquet(str(tmp_path / "data" / "*.parquet"))
     c = parquet([files[0], str(tmp_path / "data" / "part-00[12].parquet")])
-    assert a.files() == b.files() == c.files() and [f[0] for f in a.files()] == files
+    assert a.files() == b.files() == c.files() and a.paths() == b.paths() == c.paths() == files
 
 
 def test_columnar_batches_equal_take_in_the_order_asked(files):
@@ -133,7 +133,7 @@ def test_a_missing_file_names_it(tmp_path, files):
 def test_a_file_that_is_not_parquet_is_named(tmp_path):
     path = tmp_path / "bad.parquet"
     path.write_bytes(b"not parquet at all")
-    with pytest.raises(ValueError, match=r"bad\.parquet is not a readable Parquet file"):
+    with pytest.raises(ValueError, match=r"bad\.parquet is not a Parquet file or is truncated \(no PAR1 magic at its end\)"):
         parquet(str(path))
 
 
@@ -235,3 +235,132 @@ def test_to_numpy_of_chunked_columns_equals_the_combined_column():
         col = pa.chunked_array(chunks, type=chunks[0].type if chunks else pa.int64())
         got = to_numpy(col)
         assert len(got) == len(col) and [py(v) for v in got] == col.to_pylist()
+
+
+# -- issue 26: never other rows, and errors that name the file ----------------------------------
+
+def write_plain(path, start, groups):
+    """Uncompressed, without dictionaries or statistics: files of the same layout and digit counts have
+    the same size whatever their values."""
+    with pq.ParquetWriter(path, table(0, 1).schema, compression="none", use_dictionary=False,
+                          write_statistics=False) as w:
+        for n in groups:
+            w.write_table(table(start, n), row_group_size=n)
+            start += n
+
+
+def same_size_replacement(path, start, groups):
+    """Replace ``path`` by other rows of the same layout, with the same size and mtime (``cp -p``)."""
+    st = os.stat(path)
+    write_plain(path + ".new", start, groups)
+    assert os.path.getsize(path + ".new") == st.st_size
+    os.replace(path + ".new", path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _make_plain(num_workers, folder=None):
+    src = parquet(folder, columns=["i"], columnar=True)
+    return seqloader.DataLoader(src, batch_size=2, num_workers=num_workers, collate_fn=default_convert)
+
+
+@pytest.mark.mp
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_file_replaced_mid_epoch_by_one_of_the_same_size_and_mtime_raises_naming_it(tmp_path, num_workers):
+    folder = tmp_path / "plain"
+    os.makedirs(folder)
+    write_plain(str(folder / "a.parquet"), 0, [10])
+    write_plain(str(folder / "b.parquet"), 10, [5, 5])
+    write_plain(str(folder / "c.parquet"), 20, [10])
+    loader = _make_plain(num_workers, str(folder))
+    it = iter(loader)
+    assert next(it)["i"].tolist() == [0, 1]
+    same_size_replacement(str(folder / "c.parquet"), 80, [10])    # rows 80..89 instead of 20..29
+    with pytest.raises(RuntimeError, match=r"c\.parquet changed since it was indexed"):
+        for batch in it:
+            assert all(i < 80 for i in batch["i"].tolist())
+    del it
+
+
+def test_each_process_compares_the_footer_with_the_index_before_its_first_read(files):
+    src = parquet(files)
+    src._digests[1] = "0" * 16        # as if the file had been replaced without a trace in stat()
+    clone = pickle.loads(pickle.dumps(src))   # a fresh process's copy: nothing open yet
+    assert int(clone[0]["i"]) == 0
+    with pytest.raises(RuntimeError, match=r"part-001\.parquet changed since it was indexed \(its footer's digest is "
+                                           r"[0-9a-f]{16}, the index's 0000000000000000\)"):
+        clone[13]
+
+
+@pytest.mark.parametrize("cut", [0, 3, 11, "no footer"])
+def test_empty_and_truncated_files_are_named(tmp_path, files, cut):
+    path = str(tmp_path / "cut.parquet")
+    with open(files[0], "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[:len(data) - 1] if cut == "no footer" else data[:cut])
+    want = (r"cut\.parquet is not a Parquet file or is truncated \(no PAR1 magic at its end\)" if cut == "no footer"
+            else rf"cut\.parquet is not a Parquet file \({cut} bytes; the smallest is 12\): an empty or truncated file")
+    with pytest.raises(ValueError, match=want):
+        parquet([files[1], path])
+
+
+def _chunk(path, column):
+    """The offset and size of the column chunk of ``column`` in row group 0."""
+    meta = pq.ParquetFile(path).metadata.row_group(0).column(column)
+    start = min(meta.data_page_offset, meta.dictionary_page_offset or meta.data_page_offset)
+    return start, meta.total_compressed_size
+
+
+@pytest.mark.parametrize("checksums", [False, True])
+def test_corrupt_pages_raise_with_a_note_naming_the_file_and_the_row_group(tmp_path, checksums):
+    path = str(tmp_path / "pages.parquet")
+    pq.write_table(table(0, 50), path, row_group_size=25, compression="snappy", write_page_checksum=checksums)
+    offset, size = _chunk(path, 2)                 # the string column, row group 0
+    with open(path, "r+b") as f:
+        f.seek(offset + size - 12)                 # inside its last page's compressed data
+        f.write(b"\xff\xfe\xfd\xfc")
+    src = parquet(path)
+    assert int(src[30]["i"]) == 30                  # row group 1 is fine
+    with pytest.raises((OSError, ValueError)) as info:
+        src[3]
+    text = str(info.value) + " ".join(getattr(info.value, "__notes__", []))
+    assert f"parquet: while reading row group 0 of {path}" in text
+    if checksums:
+        assert "CRC" in text or "checksum" in text.lower()
+
+
+def test_hive_partition_folders_are_read_as_columns(tmp_path):
+    root = tmp_path / "hive"
+    for year, lang, start in [(2024, "en", 0), (2024, "f%20r", 3), (2025, "en", 6), ("__HIVE_DEFAULT_PARTITION__", "x", 9)]:
+        os.makedirs(root / f"year={year}" / f"lang={lang}")
+        pq.write_table(table(start, 3).select(["i", "s"]), root / f"year={year}" / f"lang={lang}" / "part.parquet")
+    src = parquet(str(root))
+    assert src.columns == ["i", "s", "year", "lang"]
+    rows = [{k: py(v) for k, v in r.items()} for r in src]
+    want = pq.read_table(str(root)).to_pylist()      # pyarrow's own reading of the same folder
+    assert [(r["i"], r["year"], r["lang"]) for r in rows] == [(w["i"], None if w["year"] is None else int(w["year"]),
+                                                               w["lang"]) for w in want]
+    assert rows[4] == {"i": 4, "s": "row4", "year": 2024, "lang": "f r"}
+    col = parquet(str(root), columns=["year", "i"], columnar=True).__getitems__([11, 0, 7])
+    assert col["year"].tolist() == [None, 2024, 2025] and col["i"].tolist() == [11, 0, 7]
+    assert parquet(str(root), partitioning=None).columns == ["i", "s"]
+    assert parquet(str(root / "year=2024" / "lang=en")).columns == ["i", "s"]   # below the partition folders
+    with pytest.raises(ValueError, match="partitioning must be 'hive' or None"):
+        parquet(str(root), partitioning="directory")
+
+
+def test_hive_partitions_that_disagree_or_shadow_a_column_are_refused(tmp_path):
+    root = tmp_path / "hive"
+    os.makedirs(root / "year=2024")
+    os.makedirs(root / "other")
+    pq.write_table(table(0, 2).select(["i"]), root / "year=2024" / "a.parquet")
+    pq.write_table(table(2, 2).select(["i"]), root / "other" / "b.parquet")
+    with pytest.raises(ValueError, match=r"other/b\.parquet and .*year=2024/a\.parquet have different hive "
+                                         r"partitions \(none and year\).*partitioning=None"):
+        parquet(str(root))
+    assert len(parquet(str(root), partitioning=None)) == 4
+    shadow = tmp_path / "shadow"
+    os.makedirs(shadow / "i=1")
+    pq.write_table(table(0, 2).select(["i"]), shadow / "i=1" / "a.parquet")
+    with pytest.raises(ValueError, match=r"'i' is both a column of .*a\.parquet and a hive partition folder"):
+        parquet(str(shadow))

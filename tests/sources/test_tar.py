@@ -17,7 +17,7 @@ import pytest
 
 import seqloader
 from seqloader.sources import tar_shards
-from seqloader.sources._tar_index import FORMAT
+from seqloader.sources._tar_cache import FORMAT
 from seqloader.testing import assert_resumes_exactly
 
 from sources_helpers import read_tar_directly, write_shards
@@ -99,7 +99,9 @@ def test_a_half_written_or_foreign_cache_file_is_ignored_and_replaced(shards):
     tar_shards(shards)
     with open(beside(shards[0]), "w") as f:
         f.write('{"format": "seqloader.tar_index", "keys": [')   # what a crashed non-atomic writer leaves
-    src = tar_shards(shards)
+    with pytest.warns(UserWarning, match=r"ignoring the cached index .*\.shard-000000\.tar\.seqloader-index\.json of "
+                                         r".*shard-000000\.tar \(not JSON"):
+        src = tar_shards(shards)
     assert src.index_stats == {"cached": 3, "scanned": 1} and src[0]["__key__"] == "sample0000000"
     with open(beside(shards[0])) as f:
         assert json.load(f)["format"] == FORMAT
@@ -231,7 +233,7 @@ def test_pickles_small_and_reads_the_same(shards):
 def test_resolve_skips_hidden_files_and_other_suffixes(shards, tmp_path):
     tar_shards(shards)  # writes .shard-*.tar.seqloader-index.json beside them
     (tmp_path / "shards" / "README.md").write_text("not a shard")
-    assert [f[0] for f in tar_shards(str(tmp_path / "shards")).files()] == shards
+    assert tar_shards(str(tmp_path / "shards")).paths() == shards
 
 
 # -- the loader ----------------------------------------------------------------------------------
@@ -273,3 +275,139 @@ def test_samples_without_a_selected_field_and_a_transform_error_naming_the_item(
     with pytest.raises(KeyError, match="c") as info:
         tar_shards(str(path), transform=bad).__getitems__([2, 0])
     assert "at item 2" in info.value.__notes__[0]
+
+
+# -- issue 26: never other bytes ---------------------------------------------------------------
+
+def write_issue_shard(path, order=range(20)):
+    """The issue's shard: 20 samples x 2 members (``000.jpg``, ``000.cls``, ...): 51,200 bytes."""
+    with tarfile.open(path, "w") as tf:
+        for j in order:
+            for ext, data in (("jpg", f"image {j:03d}".encode()), ("cls", str(j).encode())):
+                info = tarfile.TarInfo(f"{j:03d}.{ext}")
+                info.size = len(data)
+                info.mtime = 1_700_000_000
+                tf.addfile(info, io.BytesIO(data))
+
+
+def test_a_shard_cut_at_a_member_boundary_is_refused_at_index_time_and_when_indexed_again(tmp_path):
+    path = str(tmp_path / "cut.tar")
+    write_issue_shard(path)
+    assert os.path.getsize(path) == 51200 and len(tar_shards(path)) == 20   # indexed and cached whole
+    os.truncate(path, 25600)   # what an interrupted copy leaves: 12.5 samples, the cut between two members
+    want = (r"cut\.tar is truncated: the archive stops at offset 25600 without its end-of-archive marker \(two zero "
+            r"blocks; 0 of 1024 bytes there\): the shard was cut short")
+    with pytest.raises(ValueError, match=want):
+        tar_shards(path)                       # the cached index is stale (another size): indexed again
+    with pytest.raises(ValueError, match=want):
+        tar_shards(path, use_cache=False)
+    with open(path, "r+b") as f:               # zeros where the members were (a crash's zero-filled tail)
+        f.truncate(51200)
+    with pytest.raises(ValueError, match=r"cut\.tar stops at offset 25600, 25600 bytes before the end of the file .*"
+                                         r"its end was zeroed \(a crash\?\)"):
+        tar_shards(path)
+    write_issue_shard(path)
+    with open(path, "r+b") as f:               # all 40 members, then one zero block of the two
+        f.truncate(40 * 1024 + 512)
+    with pytest.raises(ValueError, match=r"stops at offset 40960 .*\(two zero blocks; 512 of 1024 bytes there\)"):
+        tar_shards(path)
+
+
+def test_data_after_the_end_of_archive_marker_is_refused(tmp_path):
+    a, b = str(tmp_path / "a.tar"), str(tmp_path / "b.tar")
+    write_issue_shard(a, range(3))
+    write_issue_shard(b, range(3, 5))
+    with open(a, "ab") as f, open(b, "rb") as g:
+        f.write(g.read())    # `cat a.tar b.tar`: tarfile (and GNU tar without -i) stop at the first marker
+    with pytest.raises(ValueError, match=r"a\.tar holds data at offset 10240, after its end-of-archive marker "
+                                         r"\(at offset 6144\)"):
+        tar_shards(a)
+    with open(a, "r+b") as f:
+        f.truncate(6144)
+        f.truncate(6144 + 1024 + 10240)   # the largest tail of zeros a writer leaves: accepted
+    assert len(tar_shards(a)) == 3
+    with open(a, "r+b") as f:
+        f.truncate(6144 + 1024 + 10240 + 512)
+    with pytest.raises(ValueError, match=r"a\.tar stops at offset 6144, 11776 bytes before the end of the file"):
+        tar_shards(a)
+
+
+def test_keys_whose_members_are_not_consecutive_are_refused_naming_shard_and_key(tmp_path):
+    path = tmp_path / "split.tar"
+    with tarfile.open(path, "w") as tf:
+        for name in ("000.jpg", "001.jpg", "000.cls", "001.cls"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tf.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(ValueError, match=r"split\.tar: the members of sample '000' are not consecutive \('000\.cls' "
+                                         r"at offset 2048 comes after other samples\)"):
+        tar_shards(str(path))
+
+
+def test_a_folder_of_only_compressed_shards_says_they_are_compressed_and_what_to_do(shards, tmp_path):
+    os.makedirs(tmp_path / "gz")
+    for k, p in enumerate(shards[:2]):
+        with open(p, "rb") as f:
+            (tmp_path / "gz" / f"shard-{k}.tar.gz").write_bytes(gzip.compress(f.read()))
+    with pytest.raises(ValueError, match=r"tar_shards: .*gz holds no \.tar file, only 2 compressed tar\(s\) "
+                                         r"\(.*shard-0\.tar\.gz: gzip\), which cannot be read at random positions.*"
+                                         r"decompress them"):
+        tar_shards(str(tmp_path / "gz"))
+    (tmp_path / "gz" / "notes.txt").write_text("x")
+    os.makedirs(tmp_path / "other")
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match=r"the folder holds no file ending in \.tar"):
+        tar_shards(str(tmp_path / "other"))
+
+
+def test_a_shard_replaced_by_one_of_the_same_size_and_mtime_is_detected(tmp_path):
+    """The issue's case: ``cp -p`` of another shard of the same size. The old cached index must not be
+    applied to it ("000" with sample 009's bytes), and a source built before must refuse to read it."""
+    path, other = str(tmp_path / "s.tar"), str(tmp_path / "other.tar")
+    write_issue_shard(path)
+    before = tar_shards(path)
+    assert before[0] == {"__key__": "000", "jpg": b"image 000", "cls": b"0"}
+    write_issue_shard(other, range(19, -1, -1))           # the same members in another order: the same size
+    st = os.stat(path)
+    os.replace(other, path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))   # and the same mtime
+    assert os.path.getsize(path) == st.st_size and os.stat(path).st_mtime_ns == st.st_mtime_ns
+    after = tar_shards(path)
+    assert after.index_stats == {"cached": 0, "scanned": 1}      # another inode and ctime: indexed again
+    assert after[0] == {"__key__": "019", "jpg": b"image 019", "cls": b"19"}
+    assert all(s["jpg"] == f"image {s['__key__']}".encode() for s in after)
+    with pytest.raises(RuntimeError, match=r"s\.tar changed since it was indexed \(size 51200, mtime_ns:\d+,"
+                                           r"ctime_ns:\d+,ino:\d+ then"):
+        before[0]
+
+
+def test_a_cached_index_whose_validator_still_matches_is_checked_against_the_member_headers(tmp_path):
+    """Where inode and ctime cannot tell (reused inode numbers, coarse clocks), the probed member
+    headers do: the cache is ignored with a warning and the shard indexed again."""
+    from seqloader.sources._listing import local_info
+
+    path, other = str(tmp_path / "s.tar"), str(tmp_path / "other.tar")
+    write_issue_shard(path)
+    tar_shards(path)
+    write_issue_shard(other, range(19, -1, -1))
+    os.replace(other, path)
+    with open(beside(path)) as f:
+        cached = json.load(f)
+    cached["file_version"] = local_info(path).version   # as if the validator could not tell them apart
+    with open(beside(path), "w") as f:
+        json.dump(cached, f)
+    with pytest.warns(UserWarning, match=r"ignoring the cached index .*\.s\.tar\.seqloader-index\.json of .*s\.tar "
+                                         r"\(the member header at offset 0 differs from the one indexed, although the "
+                                         r"shard's size and validator are the same\)"):
+        src = tar_shards(path)
+    assert src.index_stats == {"cached": 0, "scanned": 1}
+    assert src[0] == {"__key__": "019", "jpg": b"image 019", "cls": b"19"}
+
+
+def test_a_transform_error_names_the_shard_and_the_key(shards):
+    def bad(sample):
+        raise ValueError("cannot decode")
+
+    with pytest.raises(ValueError, match="cannot decode") as info:
+        tar_shards(shards, transform=bad)[5]
+    assert info.value.__notes__[-1] == f"tar_shards: sample 'sample0000005' of {shards[2]}"
