@@ -81,7 +81,7 @@ def derive_seed(seed: int, purpose: str, *position: int) -> int:
         True
         >>> derive_seed(0, "shufle", 1)
         Traceback (most recent call last):
-        ValueError: derive_seed: unknown purpose 'shufle' (expected one of batch_globals, block_shuffle, mix, mix_weights, rng_map, sampler, shuffle, weighted_sampler, worker)
+        ValueError: derive_seed: unknown purpose 'shufle' (expected one of batch_globals, block_shuffle, mix, mix_weights, rng_map, sampler, shuffle, thread_worker, weighted_sampler, worker)
     """
     if purpose not in PURPOSES:
         raise ValueError(f"derive_seed: unknown purpose {purpose!r} (expected one of {', '.join(sorted(PURPOSES))})")

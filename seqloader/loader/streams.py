@@ -26,7 +26,7 @@ import copy
 import dataclasses
 import functools
 import sys
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, cast
 
 from seqloader.errors import annotate
 from seqloader.loader.fetch import COLLATE, FETCH, SlotCollate
@@ -203,7 +203,7 @@ class StreamBatches(LazySequence):
         return {"dataset": copy.deepcopy(ds.state_dict()), "iterator": None} if is_stateful(ds) else None
 
     def _capture(self, stream: _Stream) -> Any:
-        ds, it = stream.ds, stream.it
+        ds, it = stream.ds, cast(Any, stream.it)
         dataset_state = copy.deepcopy(ds.state_dict()) if it is not ds and is_stateful(ds) else None
         iterator_state = copy.deepcopy(it.state_dict()) if is_stateful(it) else None
         if dataset_state is None and iterator_state is None:

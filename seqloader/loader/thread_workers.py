@@ -60,7 +60,7 @@ class _Hook:
 
     def __init__(self) -> None:
         self.found: list[str] = []
-        self._random = random._inst  # type: ignore[attr-defined]
+        self._random = random._inst
         self._torch = torch.default_generator
         self._before: Any = None
         self._numpy, self._reseeds = numpy_state(), reseeds()

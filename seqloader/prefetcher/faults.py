@@ -27,7 +27,7 @@ class WorkerDied(RuntimeError):
             :mod:`seqloader.prefetcher.healing`): it is not computed again.
     """
 
-    def __init__(self, message: str, *, worker_id: int, pid: int, exitcode: int | None,
+    def __init__(self, message: str, *, worker_id: int, pid: int | None, exitcode: int | None,
                  item: int | None, poison: bool = False):
         super().__init__(message)
         self.worker_id, self.pid, self.exitcode, self.item = worker_id, pid, exitcode, item

@@ -90,19 +90,12 @@ class Healer:
         try:
             self._replace(inbox, m, reading, how, item, killer)
         except BaseException:  # a half-done replacement (Ctrl-C, an error) must not be read from
-            inbox.broken = inbox.broken or f"replacing worker {m.worker_id} failed"
-            inbox.ready.clear()
-            inbox.executor.close()
+            inbox.abandon(f"replacing worker {m.worker_id} failed")
             raise
 
     def _replace(self, inbox: Inbox, m: Member, reading: Optional[int], how: str, item: Optional[int],
                  killer: str) -> None:
-        owed = set(m.owed(inbox.gen))
-        owed |= {i for i, (_, by) in inbox.ready.items() if by is m}  # arrived, not returned
-        for i in owed:
-            got = inbox.ready.pop(i, None)
-            if got is not None:
-                inbox.executor.drop(got[0])
+        owed = inbox.take_owed(m)
         seq = self.seq
         if self.respawn is not None:
             try:
@@ -111,14 +104,11 @@ class Healer:
                 inbox.fail_dead(m, reading, f"; not replaced: respawn({m.worker_id}) raised "
                                             f"{type(exc).__name__}: {exc}", cause=exc)
             seq = seq if fresh is None else fresh
-        roster = inbox.roster
-        new = roster.replace(m, seq)
-        for j in sorted(owed):
-            roster.submit(new, inbox.gen, j)
+        new = inbox.replace(m, seq, owed)
         self.used += 1
         if item is not None:
             self._killed[item] = killer
-        redo = ", ".join(map(str, sorted(owed))) or "none"
+        redo = ", ".join(map(str, owed)) or "none"
         _log.warning("%s: %s; replaced by %s, restart %d of at most %d for this sequence "
                      "(%s); items computed again: %s", inbox.label, how, inbox.executor.who(new.worker_id),
                      self.used, self.restarts, _short.repr(self.seq), redo)

@@ -62,6 +62,14 @@ class Inbox:
                 return f"item {i} (describe raised {type(exc).__name__}: {exc})"
         return f"item {i}"
 
+    def counters(self) -> dict:
+        """What :meth:`Prefetch.counters <seqloader.prefetcher.prefetch.Prefetch.counters>` returns."""
+        workers = self.roster.counters()
+        return {"workers": workers, "reads": self.reads, "ready_sum": self.ready_sum,
+                "shm_bytes": self.executor.counters().get("shm_bytes", 0),
+                "restarts": sum(w["restarts"] for w in workers), "stages": dict(self.stages),
+                "executor": self.executor.kind}
+
     # -- generations -----------------------------------------------------------------------------
 
     def new_generation(self) -> None:
@@ -220,10 +228,33 @@ class Inbox:
 
     def fail(self, why: str, exc: BaseException) -> NoReturn:
         """Close the workers (the shutdown protocol), then raise ``exc``."""
-        self.broken = why
+        self.abandon(why)
+        raise exc
+
+    def abandon(self, why: str) -> None:
+        """Close the workers and drop what came (the caller raises): nothing is read after this."""
+        self.broken = self.broken or why
         self.ready.clear()
         self.executor.close()
-        raise exc
+
+    # -- healing (healing.py decides; these are its verbs) -------------------------------------------
+
+    def take_owed(self, m: Member) -> list[int]:
+        """Everything dead worker ``m`` owes of the current generation, in increasing order: its
+        jobs without a reply, and its replies that came but were not returned (dropped here)."""
+        owed = set(m.owed(self.gen))
+        mine = [i for i, (_, by) in self.ready.items() if by is m]
+        for i in mine:
+            self.executor.drop(self.ready.pop(i)[0])
+        owed.update(mine)
+        return sorted(owed)
+
+    def replace(self, m: Member, seq: Any, owed: list[int]) -> Member:
+        """Start a replacement of ``m`` reading ``seq`` and send it ``owed``, in order."""
+        new = self.roster.replace(m, seq)
+        for j in owed:
+            self.roster.submit(new, self.gen, j)
+        return new
 
 
 def _mark(exc: BaseException, i: int, note: str) -> None:

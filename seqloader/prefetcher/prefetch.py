@@ -27,7 +27,7 @@ from seqloader.prefetcher.healing import Healer
 from seqloader.prefetcher.inbox import START_TIMEOUT, Inbox
 from seqloader.prefetcher.ordered import InOrder
 from seqloader.prefetcher.roster import Roster
-from seqloader.prefetcher.unordered import Taker, TakeWindow
+from seqloader.prefetcher.unordered import Taker, TakeWindow, continue_in_order
 from seqloader.sequences.base import LazySequence
 
 __all__ = ["ItemTimeout", "Prefetch", "WorkerDied"]
@@ -80,7 +80,6 @@ class Prefetch(LazySequence):
         self._in_order.restart(0, self._len)
         if restarts:
             self._inbox.healer = Healer(restarts, respawn, self._seq, max(START_TIMEOUT, self._timeout))
-        self._ready = self._inbox.ready  # the same dict: index -> (reply, member)
         self._launched = False
 
     def _after_fork(self) -> None:
@@ -112,15 +111,15 @@ class Prefetch(LazySequence):
     def __enter__(self) -> "Prefetch":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
         """Stop the workers and free every shared-memory slot; idempotent.
 
         The shutdown protocols are the NOTEs in ``seqloader/prefetcher/processes/executor.py`` and
-        ``seqloader/prefetcher/threads.py``, and in ``docs/design.md``. Values already returned stay valid. Reading after ``close``
-        raises ``ValueError``.
+        ``seqloader/prefetcher/threads.py``, and in ``docs/design.md``. Values already returned stay
+        valid. Reading after ``close`` raises ``ValueError``.
 
         Example:
             >>> from seqloader import prefetch
@@ -133,7 +132,7 @@ class Prefetch(LazySequence):
             Traceback (most recent call last):
             ValueError: prefetch(num_workers=1, prefetch_factor=2, len=3): read or reset after close(); create a new prefetch
         """
-        self._ready.clear()
+        self._inbox.ready.clear()
         self._taker = None
         self._finalizer.detach()
         self._executor.close()
@@ -159,11 +158,7 @@ class Prefetch(LazySequence):
             >>> c = p.counters(); sum(w["items"] for w in c["workers"]), c["reads"]
             (4, 4)
         """
-        inbox, workers = self._inbox, self._roster.counters()
-        return {"workers": workers, "reads": inbox.reads, "ready_sum": inbox.ready_sum,
-                "shm_bytes": self._executor.counters().get("shm_bytes", 0),
-                "restarts": sum(w["restarts"] for w in workers), "stages": dict(inbox.stages),
-                "executor": self._executor.kind}
+        return self._inbox.counters()
 
     @property
     def closed(self) -> bool:
@@ -188,11 +183,6 @@ class Prefetch(LazySequence):
 
         Example:
             >>> from seqloader import prefetch
-            >>> p = prefetch(range(3), num_workers=2)
-            >>> p.start(); p.start()  # idempotent
-            >>> p[2]
-            2
-            >>> p.close()
             >>> def needs_config(worker_id):
             ...     raise KeyError(f"no config for worker {worker_id}")
             >>> p = prefetch(range(3), num_workers=1, worker_init_fn=needs_config)
@@ -256,12 +246,9 @@ class Prefetch(LazySequence):
     def reset(self, seq: Sequence) -> None:
         """Point the same workers at ``seq``; nothing is respawned.
 
-        The sequence is pickled with the object the workers already hold (the ``shared``
-        argument of :func:`prefetch`, else the first sequence) replaced by a persistent id, so a
-        new epoch over the same dataset costs one small message per worker (a pickled
-        sequence larger than the pipe buffer, 64 KiB, waits for each worker to finish its
-        current item). The next read may be any item of ``seq`` (:meth:`take` starts at 0);
-        jobs of the old sequence that have not started are never computed.
+        Worker processes get ``seq`` pickled with the object they hold (``shared``, else the first
+        sequence) as a persistent id: one small message each. The next read may be any item of
+        ``seq`` (:meth:`take` starts at 0); jobs of the old sequence not started are never computed.
 
         Args:
             seq: the new sequence (picklable once workers have started).
@@ -378,21 +365,16 @@ class Prefetch(LazySequence):
             Exception: the item's own error, with ``seqloader_index`` set.
 
         Example:
-            >>> from seqloader import prefetch
-            >>> class Check:
-            ...     def __len__(self): return 3
-            ...     def __getitem__(self, i):
-            ...         if i == 1: raise ValueError("bad item")
-            ...         return i * 10
-            >>> p = prefetch(Check(), num_workers=2)
+            >>> from seqloader import prefetch, smap
+            >>> p = prefetch(smap(lambda i: 10 // (i - 1), range(3)), num_workers=2)
             >>> got = []
             >>> while p.remaining:
             ...     try:
             ...         got.append(p.take())
-            ...     except ValueError as exc:
+            ...     except ZeroDivisionError as exc:
             ...         got.append((exc.seqloader_index, "failed"))
             >>> sorted(got, key=str)
-            [(0, 0), (1, 'failed'), (2, 20)]
+            [(0, -10), (1, 'failed'), (2, 10)]
             >>> p.take()
             Traceback (most recent call last):
             IndexError: prefetch(num_workers=2, prefetch_factor=2, len=3): take() with every item taken; seek() to read again
@@ -419,10 +401,4 @@ class Prefetch(LazySequence):
     def _take_window(self) -> TakeWindow:
         if self._taker is not None:
             return self._taker.window
-        reader = self._in_order
-        if reader.next_read < 0:
-            raise ValueError(f"{self!r}: the read position is unknown after an interrupted read; "
-                             "call seek(position) before take()")
-        # The in-order read-ahead (items next_read .. next_submit-1) is kept, not recomputed.
-        return TakeWindow(self._len, self._roster.num_workers, reader.next_read, submitted=reader.next_submit,
-                          affinity=self._roster.affinity)
+        return continue_in_order(self._in_order, self._roster, self._len, repr(self))

@@ -16,12 +16,15 @@ completed item.
 
 from __future__ import annotations
 
-from typing import AbstractSet, Any
+from typing import TYPE_CHECKING, AbstractSet, Any
 
 from seqloader.prefetcher.inbox import Inbox
 from seqloader.prefetcher.roster import Roster
 
-__all__ = ["TakeWindow", "Taker"]
+if TYPE_CHECKING:
+    from seqloader.prefetcher.ordered import InOrder
+
+__all__ = ["TakeWindow", "Taker", "continue_in_order"]
 
 
 class TakeWindow:
@@ -163,3 +166,17 @@ class Taker:
         i = next(iter(inbox.ready))
         reply, m = inbox.ready.pop(i)
         return i, reply, m
+
+
+def continue_in_order(reader: "InOrder", roster: Roster, length: int, label: str) -> TakeWindow:
+    """The take window of a reader that was reading in order: its read-ahead (items
+    ``next_read .. next_submit - 1``) is kept, not recomputed.
+
+    Raises:
+        ValueError: the read position is unknown (an interrupted indexed read).
+    """
+    if reader.next_read < 0:
+        raise ValueError(f"{label}: the read position is unknown after an interrupted read; "
+                         "call seek(position) before take()")
+    return TakeWindow(length, roster.num_workers, reader.next_read, submitted=reader.next_submit,
+                      affinity=roster.affinity)

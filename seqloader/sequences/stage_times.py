@@ -106,8 +106,9 @@ def enable(times: Optional[StageTimes] = None) -> StageTimes:
     """Time this thread's stages from now on, into ``times`` (or a new one)."""
     if getattr(_local, "times", None) is None:
         _count(1)
-    _local.times = times if times is not None else StageTimes()
-    return _local.times
+    mine = times if times is not None else StageTimes()
+    _local.times = mine
+    return mine
 
 
 def disable() -> None:

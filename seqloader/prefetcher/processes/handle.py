@@ -7,7 +7,7 @@ half a message (see the shutdown NOTE in :mod:`seqloader.prefetcher.processes.ex
 
 from __future__ import annotations
 
-import _signal
+import _signal  # type: ignore[import-not-found]  # the C module under signal (no stubs)
 import select
 import signal
 import time
