@@ -20,6 +20,7 @@ asserts that every process it ever had (removed nodes' included) is gone.
 
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
 import time
@@ -141,6 +142,7 @@ def leak_check(cluster: LocalCluster):
     """The body of the Ray modules' ``no_leaks`` (see the module docstring)."""
     actors, kids, shm = cluster.alive_actors(), _other_children(cluster), conftest._shm_segments()
     yield
+    gc.collect()  # a loader in a reference cycle closes its workers when the collector frees it
     left = _wait(lambda: (cluster.alive_actors() - actors) | {str(p) for p in _other_children(cluster) - kids}
                  | (conftest._shm_segments() - shm))
     assert not left, f"Ray actors, processes or segments outlived the test: {sorted(left)}"

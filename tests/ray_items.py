@@ -89,3 +89,48 @@ class ExitsAt:
 
     def __repr__(self):
         return f"ExitsAt({self.at})"
+
+
+class Noisy:
+    """A map-style dataset of ``n`` items: ``[i, a draw from torch's global generator, worker id +
+    what offset_init set]`` (seeded per batch by the loader; the worker id from
+    ``get_worker_info()``), item ``at`` marked as :class:`Marked` does (``folder``: ``None``, never)."""
+
+    def __init__(self, n, folder=None, at=-1):
+        self.n, self.marked = n, Marked(folder, at, fn=int) if folder is not None else None
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import torch
+
+        if self.marked is not None:
+            self.marked(i)
+        info = torch.utils.data.get_worker_info()
+        return torch.tensor([float(i), float(torch.rand(())), -1.0 if info is None else float(info.id + OFFSET)])
+
+
+OFFSET = 0
+
+
+def offset_init(worker_id):
+    """A ``worker_init_fn``: what :class:`Noisy` adds to the worker id."""
+    global OFFSET
+    OFFSET = 100 * (worker_id + 1)
+
+
+class SafeDraws:
+    """Item ``i``: ``[i, a draw from torch.thread_safe_generator()]``: the same on every executor
+    (the global generator in a process or actor, the thread's own in a thread worker)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import torch
+
+        return torch.tensor([float(i), float(torch.rand(1, generator=torch.thread_safe_generator()))])

@@ -106,7 +106,17 @@ class RayWorkers:
                                      "use num_cpus= for CPUs (GPUs are the training process's)")
 
     def needs(self) -> dict:
-        """What one actor reserves: ``{"CPU": num_cpus, **resources}``."""
+        """What one actor reserves.
+
+        Returns:
+            ``{"CPU": num_cpus, **resources}``.
+
+        Example:
+            >>> RayWorkers(num_cpus=0.5, resources={"data_host": 1}).needs()
+            {'CPU': 0.5, 'data_host': 1}
+            >>> RayWorkers().needs()  # no resources: CPUs only
+            {'CPU': 1}
+        """
         return {"CPU": self.num_cpus, **(self.resources or {})}
 
 
@@ -297,8 +307,8 @@ class RayExecutor:
                 self._handle(w, a, ref, events)
             except self._ray.exceptions.RayError as exc:  # the actor, its node or its reply is gone
                 dying.setdefault(w, exc)
-        for w, exc in dying.items():
-            self._died(w, exc, events)
+        for w, error in dying.items():
+            self._died(w, error, events)
         return events
 
     def _handle(self, w: int, a: _Actor, ref: Any, events: list[Event]) -> None:

@@ -72,7 +72,7 @@ def dumps_with_shared(obj: Any, shared: Any, buffers: Optional[list] = None) -> 
     if tensors:
         from seqloader.prefetcher.processes.payload import reduce_tensor
 
-    class _Pickler(cloudpickle.CloudPickler):  # type: ignore[misc, name-defined]
+    class _Pickler(cloudpickle.CloudPickler):
         def persistent_id(self, o: Any) -> Optional[str]:
             return _SHARED_PID if o is shared and shared is not None else None
 
@@ -137,8 +137,8 @@ def encode(value: Any) -> tuple[bytes, list]:
     if "torch" in sys.modules:  # a tensor can only exist where torch was imported
         from seqloader.prefetcher.processes.payload import encode as encode_with_tensors
 
-        data, raws = encode_with_tensors(value)
-        return bytes(data), [np.frombuffer(r, dtype=np.uint8) for r in raws]
+        view, raws = encode_with_tensors(value)
+        return bytes(view), [np.frombuffer(r, dtype=np.uint8) for r in raws]
     buffers: list = []
     data = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
     return data, [np.frombuffer(b.raw(), dtype=np.uint8) for b in buffers]

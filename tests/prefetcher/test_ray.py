@@ -152,7 +152,7 @@ def test_a_node_lost_mid_item_loses_and_repeats_nothing_and_a_new_node_takes_ove
     assert not reader.is_alive() and "error" not in out, out.get("error")
     assert len(out["items"]) == n and all(same(a, value(i)) for i, a in enumerate(out["items"]))
     assert out["counters"]["restarts"] == 2  # the two actors of the lost node
-    assert out["executor"]["actors_started"] == 6
+    assert out["executor"]["actors_started"] == 6 and out["executor"]["nodes"] == 3  # the new node ran two
     lost = [r.getMessage() for r in caplog.records if "was lost" in r.getMessage()]
     assert len(lost) == 2 and any("while producing item 13" in m for m in lost)
 
