@@ -1,5 +1,6 @@
 """The Ray executor (``prefetch(method="ray")``) on a real cluster of this machine: a head and two
-"data" nodes, each its own raylet on loopback (``tests/ray_cluster.py``), one cluster per module.
+"data" nodes, each its own raylet on loopback (``seqloader.testing.LocalRayCluster`` through
+``tests/ray_cluster.py``), one cluster per module.
 
 The generic semantics (order, seeks, ``take``, ``reset``, errors with the user's type and a note,
 timeouts, healing) against oracles; a node SIGKILLed while it computes an item (the item writes a
