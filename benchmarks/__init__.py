@@ -13,8 +13,8 @@ name to its function ``(Options) -> rows``: ``benchmarks.prefetch`` holds the ba
 ``seqloader.prefetch`` workloads, ``benchmarks.loader`` the ``seqloader.DataLoader`` ones on
 map-style datasets, ``benchmarks.iterable`` those on an ``IterableDataset``,
 ``benchmarks.features`` those of ``in_order=False`` and ``stats()``, ``benchmarks.scale`` the costs
-that should stay flat in the dataset's size (resume, ``mix``), and ``benchmarks.common`` what they
-share.
+that should stay flat in the dataset's size (resume, ``mix``), ``benchmarks.ray`` the Ray executor
+on a local cluster (against the process executor), and ``benchmarks.common`` what they share.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from benchmarks.features import FEATURE_WORKLOADS
 from benchmarks.iterable import ITERABLE_WORKLOADS
 from benchmarks.loader import LOADER_WORKLOADS
 from benchmarks.prefetch import PREFETCH_WORKLOADS
+from benchmarks.ray import RAY_WORKLOADS
 from benchmarks.scale import SCALE_WORKLOADS
 from benchmarks.sources import SOURCE_WORKLOADS
 
@@ -34,7 +35,7 @@ __all__ = ["Options", "Row", "WORKLOADS", "format_rows", "run"]
 #: Workload name -> function(Options) -> rows, in the order ``python -m benchmarks`` runs them.
 WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
     **PREFETCH_WORKLOADS, **LOADER_WORKLOADS, **ITERABLE_WORKLOADS, **FEATURE_WORKLOADS, **SCALE_WORKLOADS,
-    **SOURCE_WORKLOADS}
+    **SOURCE_WORKLOADS, **RAY_WORKLOADS}
 
 
 def run(names: Iterable[str], opts: Options) -> list[Row]:
