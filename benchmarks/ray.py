@@ -15,9 +15,9 @@ process executor on the same cores.
   threads in this process included) with 4 actors that compute nothing, for 64 B, 1 MB and 8 MB
   batches (a fixed cost per batch plus a cost per byte), and the work of one item of the
   ``ray_overhead`` pipeline; from them, a model of batches/s against the number of CPU hosts (16
-  cores each), ``min(hosts * 16 / work_per_batch, 1 / receive_cpu_per_batch)``, for batches of 8
-  such items (1 MB) and of 256 (ImageNet-sized images, 38.5 MB): where the trainer's receive path
-  becomes the limit.
+  cores each), ``min(hosts * 16 / work_per_batch, 1 / receive_cpu_per_batch)``, for batches of 256
+  ImageNet-sized images (38.5 MB) whose items cost what the pipeline's measured cost, or 20 ms
+  (a heavy decode and augmentation, assumed): where the trainer's receive path becomes the limit.
 * ``ray_node_loss``: 2 actors, one on each of 2 data nodes, ``restarts=100``; 20 times (2 with
   ``--quick``): add a node, SIGKILL a node that runs an actor (``remove_node``), and time from the
   kill to the first item read from the replacement (items name their process); then the items
@@ -128,8 +128,10 @@ def _receive_cpu(n: int, nbytes: int) -> tuple[float, float]:
         return (time.process_time() - c0) / n, n / (time.perf_counter() - t0)
 
 
-#: Batches of the scaling model: (label, items per batch, bytes per batch).
-MODEL_BATCHES = (("8 items of 2 ms, 1 MB", 8, 1 << 20), ("256 images of 2 ms, 3x224x224 uint8", 256, 256 * 150_528))
+#: The batch of the scaling model: 256 images of 3x224x224 uint8 (38.5 MB).
+MODEL_ITEMS, MODEL_BYTES = 256, 256 * 150_528
+#: Seconds of one core per item in the model besides the measured pipeline's: a heavy decode and augmentation.
+HEAVY_ITEM_S = 0.020
 
 
 def ray_scaling(opts: Options) -> list[Row]:
@@ -153,13 +155,14 @@ def ray_scaling(opts: Options) -> list[Row]:
         rows.append(Row("ray_scaling", f"trainer receive, {label} batches", 4, 1 / cpu, "batches/s",
                         notes=f"{cpu * 1e6:,.0f} µs of driver CPU per batch; {rate:,.0f} batches/s measured here "
                               "(4 actors sharing the 2 cores)"))
-    for label, items, nbytes in MODEL_BATCHES:
-        work = items * per_item
-        limit = 1 / (fixed + per_byte * nbytes)
+    limit = 1 / (fixed + per_byte * MODEL_BYTES)
+    for item_s, what in ((per_item, "measured"), (HEAVY_ITEM_S, "assumed")):
+        work = MODEL_ITEMS * item_s
         for hosts in (1, 2, 4, 8, 16, 32, 64):
             supply = hosts * HOST_CORES / work
-            rows.append(Row("ray_scaling", f"model: {label}, {hosts} host(s)", hosts * HOST_CORES, min(supply, limit),
-                            "batches/s", mb_per_s=min(supply, limit) * nbytes / 1e6,
+            rows.append(Row("ray_scaling", f"model: items of {item_s * 1e3:.0f} ms ({what}), {hosts} host(s)",
+                            hosts * HOST_CORES, min(supply, limit), "batches/s",
+                            mb_per_s=min(supply, limit) * MODEL_BYTES / 1e6,
                             notes=f"limit: the trainer's receive path ({limit:,.1f} batches/s)" if supply >= limit
                             else f"limit: the hosts' CPUs ({HOST_CORES} cores each)"))
     return rows
