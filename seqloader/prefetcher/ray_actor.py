@@ -130,9 +130,9 @@ def encode(value: Any) -> tuple[bytes, list]:
         >>> data, buffers = encode({"x": np.arange(4, dtype=np.int64), "n": 3})
         >>> [b.nbytes for b in buffers], decode(data, buffers)["x"].tolist()
         ([32], [0, 1, 2, 3])
-        >>> encode(lambda: 0)  # not picklable: the caller reports it as the item's error
+        >>> encode(threading.Lock())  # not picklable: the caller reports it as the item's error
         Traceback (most recent call last):
-        AttributeError: Can't pickle local object ...
+        TypeError: cannot pickle '_thread.lock' object
     """
     if "torch" in sys.modules:  # a tensor can only exist where torch was imported
         from seqloader.prefetcher.processes.payload import encode as encode_with_tensors
