@@ -1,6 +1,7 @@
 """Ray workers (``DataLoader(worker_method="ray" | RayWorkers(...))``) on a real cluster of this
 machine (``tests/ray_cluster.py``, one cluster for the module): the same batches and states as
-worker processes and threads, a state saved under one resuming under another, a node lost
+worker processes and threads (in order, out of order, and an ``IterableDataset``'s streams), a
+state saved under one resuming under another, a node lost
 mid-epoch (SIGKILLed while one of its actors computes a marked batch; the test waits on the
 marker) with a node added, and two gloo ranks sharing the cluster. Batches are compared with
 ``torch.equal`` against uninterrupted runs; nothing asserts timing.
@@ -19,6 +20,7 @@ import seqloader
 from forking import BOUND
 from ray_cluster import DATA, cluster_fixture, leak_check
 from ray_items import Noisy, SafeDraws, offset_init, reached
+from ray_stream import Stream
 from seqloader import RayWorkers
 from seqloader.testing import assert_batches_equal, run_distributed
 
@@ -72,6 +74,40 @@ def test_a_state_saved_under_one_executor_resumes_under_the_other(cluster, saved
     state = json.loads(json.dumps(saving.state_dict()))
     del it
     resumed = make(resumed_with)
+    resumed.load_state_dict(state)
+    assert_batches_equal(head + list(resumed), want)
+
+
+def test_out_of_order_batches_and_their_state_are_those_of_worker_processes(cluster):
+    def make(method):
+        return seqloader.DataLoader(SafeDraws(N), batch_size=4, shuffle=True, seed=5, num_workers=2, in_order=False,
+                                    worker_method=method)
+
+    loader = make(ON_DATA_NODES)
+    it = iter(loader)
+    head = [next(it) for _ in range(4)]
+    state = loader.state_dict()
+    del it
+    resumed = make("multiprocessing")
+    resumed.load_state_dict(state)
+    got = head + list(resumed)
+    first = lambda b: int(b[0, 0])  # noqa: E731
+    want = {first(b): b for b in seqloader.DataLoader(SafeDraws(N), batch_size=4, shuffle=True, seed=5)}
+    assert sorted(map(first, got)) == sorted(want)  # each batch once
+    assert all(torch.equal(b, want[first(b)]) for b in got)
+
+
+def test_an_iterable_dataset_reads_one_stream_per_actor_and_resumes_with_processes(cluster):
+    def make(**kw):
+        return seqloader.DataLoader(Stream(N), batch_size=4, seed=2, num_workers=2, **kw)
+
+    want = list(make())
+    loader = make(worker_method="ray")
+    it = iter(loader)
+    head = [next(it) for _ in range(3)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    del it
+    resumed = make()
     resumed.load_state_dict(state)
     assert_batches_equal(head + list(resumed), want)
 
