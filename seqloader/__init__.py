@@ -41,7 +41,7 @@ _EXPORTS = {
     "starmap": "seqloader.sequences.tuples",
     "prefetch": "seqloader.prefetcher.api",
     "Prefetch": "seqloader.prefetcher.prefetch",
-    "RayWorkers": "seqloader.prefetcher.ray",
+    "RayWorkers": "seqloader.prefetcher.ray_options",
     "DataLoader": "seqloader.loader.dataloader",
     "StatefulDataLoader": "seqloader.loader.dataloader",
     "BijectiveShuffleSampler": "seqloader.shuffle_sampler",
@@ -86,7 +86,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-
     from seqloader.weighted_sampler import WeightedSampler as WeightedSampler
     from seqloader.prefetcher.api import prefetch as prefetch
     from seqloader.prefetcher.prefetch import Prefetch as Prefetch
-    from seqloader.prefetcher.ray import RayWorkers as RayWorkers
+    from seqloader.prefetcher.ray_options import RayWorkers as RayWorkers
     from seqloader.sampler import Stateful as Stateful, StatefulDistributedSampler as StatefulDistributedSampler
     from seqloader.sequences.base import LazySequence as LazySequence
     from seqloader.sequences.blocks import block_shuffle as block_shuffle

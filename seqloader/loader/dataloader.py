@@ -45,7 +45,7 @@ from seqloader.loader.stats import LoaderStats
 from seqloader.loader.steps import schedule_of
 from seqloader.loader.torch_compat import pin_device
 from seqloader.loader.workers import Workers, check_threads_per_worker, check_worker_method, check_worker_restarts
-from seqloader.prefetcher.ray import RayWorkers
+from seqloader.prefetcher.ray_options import RayWorkers
 from seqloader.rng import check_seed
 from seqloader.shuffle_sampler import SeekableSampler
 

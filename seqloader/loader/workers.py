@@ -9,7 +9,7 @@ turn the per-stage timing on with ``profile_stages`` (:mod:`seqloader.sequences.
 call the user's ``worker_init_fn``. Thread workers (``worker_method="thread"``, and the threads of
 ``threads_per_worker``) get a :class:`~seqloader.loader.thread_workers.ThreadWorkerSetup`: a
 ``WorkerInfo`` and generators of their own. Ray actors (``worker_method="ray"`` or a
-:class:`~seqloader.prefetcher.ray.RayWorkers`) are processes too: each gets a ``TorchWorkerSetup``.
+:class:`~seqloader.prefetcher.ray_options.RayWorkers`) are processes too: each gets a ``TorchWorkerSetup``.
 :class:`Workers` owns the loader's live :class:`~seqloader.prefetcher.prefetch.Prefetch`: opened per
 epoch, or kept and re-targeted with ``persistent_workers``; with ``max_worker_restarts`` it heals
 (``prefetch(restarts=, respawn=)``: a dead worker process is replaced, with the same set-up).
@@ -28,7 +28,7 @@ from seqloader.loader.thread_workers import GlobalDrawProbe, ThreadWorkerSetup
 from seqloader.loader.torch_compat import install_worker_info, numpy_worker_seed
 from seqloader.prefetcher.api import prefetch
 from seqloader.prefetcher.prefetch import Prefetch
-from seqloader.prefetcher.ray import RayWorkers
+from seqloader.prefetcher.ray_options import RayWorkers
 from seqloader.rng import derive_seed
 from seqloader.sequences import stage_times
 

@@ -1,7 +1,7 @@
 """``prefetch``: build a :class:`~seqloader.prefetcher.prefetch.Prefetch` (the public entry of L2) on
 the executor ``method`` names: worker processes (``"process"``, optionally ``threads_per_worker``
 threads inside each), threads of this process (``"thread"``) or Ray actors on a cluster (``"ray"``
-or a :class:`~seqloader.prefetcher.ray.RayWorkers`).
+or a :class:`~seqloader.prefetcher.ray_options.RayWorkers`).
 
 The process and Ray executors are imported on first use, so ``prefetch(..., method="thread")``
 never imports torch, the shared-memory transport or ``ray``.
@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
 from seqloader.errors import check_positive_int
 from seqloader.prefetcher.checks import check_restarts, check_seq, check_timeout, check_workers, resolve_context
 from seqloader.prefetcher.prefetch import Prefetch
-from seqloader.prefetcher.ray import RayExecutor, RayWorkers
+from seqloader.prefetcher.ray import RayExecutor
+from seqloader.prefetcher.ray_options import RayWorkers
 from seqloader.prefetcher.threads import ThreadExecutor
 
 if TYPE_CHECKING:  # imported lazily below: importing it imports torch
@@ -76,7 +77,7 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str | RayWorkers = "pro
         num_workers: worker processes (threads for ``method="thread"``), ``>= 1`` (there is no
             in-process fallback: read ``seq``).
         method: ``"process"`` (default), ``"thread"``, ``"ray"`` or a
-            :class:`~seqloader.prefetcher.ray.RayWorkers`.
+            :class:`~seqloader.prefetcher.ray_options.RayWorkers`.
         threads_per_worker: items each worker process computes at once (``method="process"``).
         thread_init_fn: ``thread_init_fn(worker_id, thread)`` in each thread of a worker process
             (``threads_per_worker > 1``).

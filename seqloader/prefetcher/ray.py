@@ -8,11 +8,12 @@ order, seeks, times out, notes errors, heals and counts, exactly as for processe
 this module only starts actors, sends them jobs and reports what happened. ``ray`` is imported
 on first use (``pip install seqloader[ray]``): ``import seqloader`` never imports it.
 
-:class:`RayWorkers` is the public options object: ``prefetch(seq, n, method=RayWorkers(...))``
+:class:`~seqloader.prefetcher.ray_options.RayWorkers` is the public options object (with the
+connection, in :mod:`~seqloader.prefetcher.ray_options`): ``prefetch(seq, n, method=RayWorkers(...))``
 or ``DataLoader(worker_method=RayWorkers(...))`` (``"ray"``: the defaults).
 
 NOTE [ Ray executor: jobs, deaths and the shutdown protocol ]
-1. Connecting (:func:`connect`): an existing ``ray.init()`` connection is used; else
+1. Connecting (:func:`~seqloader.prefetcher.ray_options.connect`): an existing ``ray.init()`` connection is used; else
    ``ray.init(address=...)`` with ``RayWorkers.address`` (default ``"auto"``: the cluster this
    host belongs to). No cluster is an error saying how to start one; a local one is never
    started silently.
@@ -22,7 +23,8 @@ NOTE [ Ray executor: jobs, deaths and the shutdown protocol ]
    created with ``max_restarts=0`` and ``max_task_retries=0``: Ray never re-runs a job on its own
    (a retry could compute a batch twice or out of order); the lineage of a batch is its position.
 3. Every wait is bounded: :meth:`RayExecutor.poll` is one ``ray.wait`` over the pending replies,
-   set-ups, control calls and one ``watch`` call per actor, for at most its timeout. A reply is
+   set-ups, control calls and one ``watch`` call per actor (a call that never returns: it fails
+   when the actor or its node dies), for at most its timeout. A reply is
    ready once its object is in this host's object store (``fetch_local``), so a node lost after
    it replied loses nothing we count on.
 4. Deaths: an actor whose ``watch`` or any job fails with a Ray error (actor died, node died,
@@ -40,120 +42,19 @@ NOTE [ Ray executor: jobs, deaths and the shutdown protocol ]
 
 from __future__ import annotations
 
-import math
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from seqloader.prefetcher.executor import Died, Done, Event, SetupFailed, Started
 from seqloader.prefetcher.faults import rebuild_error
 from seqloader.prefetcher.ray_actor import FAILED, SKIPPED, RayWorker, decode, dumps_shared, dumps_with_shared
+from seqloader.prefetcher.ray_options import RayWorkers, check_feasible, connect
 
-__all__ = ["CLOSE_TIMEOUT", "RayExecutor", "RayWorkers", "connect"]
+__all__ = ["CLOSE_TIMEOUT", "RayExecutor", "RayWorkers"]
 
 #: ``close()`` waits at most this many seconds for Ray to report the killed actors dead.
 CLOSE_TIMEOUT = 10.0
-
-
-@dataclass(frozen=True)
-class RayWorkers:
-    """Where and how the Ray executor runs its workers (``prefetch(method=...)``,
-    ``DataLoader(worker_method=...)``; ``"ray"`` means ``RayWorkers()``).
-
-    Args:
-        address: the cluster to connect to when this process is not connected yet
-            (``ray.init(address=address)``); ``None``: ``"auto"``, the cluster this host is part
-            of (``ray start``). An existing connection is always used as it is.
-        num_cpus: CPUs each actor reserves (Ray's ``num_cpus``; Ray also sets the actor's
-            ``OMP_NUM_THREADS`` from it), ``> 0``.
-        resources: other resources each actor reserves, e.g. ``{"data_host": 1}`` to place the
-            actors only on nodes started with ``ray start --resources='{"data_host": 8}'``.
-        scheduling_strategy: Ray's ``scheduling_strategy`` for the actors (``"SPREAD"``, a
-            placement group strategy, ...); ``None``: Ray's default.
-
-    Raises:
-        TypeError, ValueError: an argument of the wrong type or value.
-
-    Example:
-        >>> RayWorkers(num_cpus=2, resources={"data_host": 1})
-        RayWorkers(address=None, num_cpus=2, resources={'data_host': 1}, scheduling_strategy=None)
-        >>> RayWorkers(num_cpus=0)
-        Traceback (most recent call last):
-        ValueError: RayWorkers: num_cpus must be a number > 0 (got 0); each actor is a process that needs CPU time
-    """
-
-    address: Optional[str] = None
-    num_cpus: float = 1
-    resources: Optional[dict] = None
-    scheduling_strategy: Any = None
-
-    def __post_init__(self) -> None:
-        if self.address is not None and not isinstance(self.address, str):
-            raise TypeError(f"RayWorkers: address must be a str or None (got {type(self.address).__name__})")
-        n = self.num_cpus
-        if isinstance(n, bool) or not isinstance(n, (int, float)) or not (n > 0 and math.isfinite(n)):
-            raise ValueError(f"RayWorkers: num_cpus must be a number > 0 (got {n!r}); each actor is a process "
-                             "that needs CPU time")
-        if self.resources is not None:
-            if not isinstance(self.resources, dict):
-                raise TypeError(f"RayWorkers: resources must be a dict or None (got {type(self.resources).__name__})")
-            for k, v in self.resources.items():
-                if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-                    raise ValueError(f"RayWorkers: resources must map names to amounts >= 0 (got {k!r}: {v!r})")
-                if k in ("CPU", "GPU", "memory"):
-                    raise ValueError(f"RayWorkers: resources holds {k!r}, which Ray takes as its own argument; "
-                                     "use num_cpus= for CPUs (GPUs are the training process's)")
-
-    def needs(self) -> dict:
-        """What one actor reserves.
-
-        Returns:
-            ``{"CPU": num_cpus, **resources}``.
-
-        Example:
-            >>> RayWorkers(num_cpus=0.5, resources={"data_host": 1}).needs()
-            {'CPU': 0.5, 'data_host': 1}
-            >>> RayWorkers().needs()  # no resources: CPUs only
-            {'CPU': 1}
-        """
-        return {"CPU": self.num_cpus, **(self.resources or {})}
-
-
-def connect(options: RayWorkers) -> Any:
-    """The ``ray`` module, connected (see the NOTE above, 1).
-
-    Raises:
-        ImportError: Ray is not installed (names the extra).
-        RuntimeError: there is no cluster to connect to (says how to start one).
-    """
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("prefetch: method='ray' needs Ray; install it with `pip install seqloader[ray]` "
-                          f"({exc})") from exc
-    if ray.is_initialized():
-        return ray
-    address = "auto" if options.address is None else options.address
-    try:
-        ray.init(address=address)
-    except ConnectionError as exc:
-        raise RuntimeError(
-            f"prefetch: no Ray cluster to connect to at address={address!r} ({exc}); start one with `ray start "
-            "--head` (and `ray start --address=<head>:6379` on each CPU host), then run this again on a node of "
-            "it, or call ray.init(...) first, or pass RayWorkers(address='<head>:6379')") from exc
-    return ray
-
-
-def _check_feasible(ray: Any, options: RayWorkers) -> None:
-    """Raise when no live node could ever hold one actor (it would wait for a node forever)."""
-    need = options.needs()
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    if not any(all(n.get("Resources", {}).get(k, 0) >= v for k, v in need.items()) for n in nodes):
-        have = [{k: n.get("Resources", {}).get(k, 0) for k in need} for n in nodes]
-        raise ValueError(f"prefetch: no node of the Ray cluster can hold one worker actor (each needs {need}; the "
-                         f"{len(nodes)} live node(s) have {have}); lower RayWorkers(num_cpus=...) or resources, "
-                         "or add nodes that have them")
 
 
 class _Actor:
@@ -208,7 +109,7 @@ class RayExecutor:
 
     def launch(self, seq: Sequence[Any], gen: int) -> None:
         ray = self._ray = connect(self.options)
-        _check_feasible(ray, self.options)
+        check_feasible(ray, self.options)
         opts = self.options
         self._cls = ray.remote(max_restarts=0, max_task_retries=0, max_concurrency=1,
                                concurrency_groups={"control": 1, "watch": 1})(RayWorker).options(
@@ -313,7 +214,7 @@ class RayExecutor:
 
     def _handle(self, w: int, a: _Actor, ref: Any, events: list[Event]) -> None:
         if ref is a.watch:
-            self._ray.get(ref)  # returns only after stop(); a death raises
+            self._ray.get(ref)  # never returns a value: ready means the actor died, and this raises
             return
         try:
             reply = self._ray.get(ref)

@@ -13,9 +13,9 @@ Its methods run in three concurrency groups (one thread each):
   thread-local state set by ``worker_init_fn`` (stage timing, ``WorkerInfo``) holds for the jobs;
 * ``"control"``: :meth:`RayWorker.hint`, the newest generation (queued jobs of older generations
   are skipped, each answered :data:`SKIPPED`);
-* ``"watch"``: :meth:`RayWorker.watch`, a call that returns only when the actor is told to stop.
-  The driver keeps it pending for the actor's whole life, so a dead actor or node fails it: a
-  sentinel, as a process's is, for idle workers too.
+* ``"watch"``: :meth:`RayWorker.watch`, a call that never returns. The driver keeps it pending for
+  the actor's whole life, so a dead actor or node fails it: a sentinel, as a process's is, for
+  idle workers too.
 
 Wire format. A job's reply is a small tuple: ``(SKIPPED,)``, or ``(DONE, ok, seconds, stages, data,
 buffers)`` where ``data`` is the value (``ok``) or an :func:`~seqloader.prefetcher.faults.error_report`
@@ -50,7 +50,7 @@ __all__ = ["DONE", "FAILED", "SKIPPED", "STARTED", "TRANSFER", "RayWorker", "dec
 STARTED, FAILED, DONE, SKIPPED = "started", "failed", "done", "skipped"
 #: The stage name of pickling a result in the actor (when stages are timed).
 TRANSFER = "transfer"
-#: How often (seconds) the pending :meth:`RayWorker.watch` call checks its stop flag.
+#: The pending :meth:`RayWorker.watch` call sleeps this many seconds at a time.
 WATCH_INTERVAL = 1.0
 
 _SHARED_PID = "seqloader.shared"
@@ -185,7 +185,6 @@ class RayWorker:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # _latest: read by the job thread, written by the control thread
         self._latest = -1
-        self._stop = threading.Event()
         self._shared: Any = None
         self._seq: Any = ()
 
@@ -256,15 +255,11 @@ class RayWorker:
         stages = () if times is None else tuple(times.take().items())
         return (DONE, ok, seconds, stages, data, buffers)
 
-    def watch(self) -> str:
-        """Return once told to :meth:`stop` (watch group); pending for the actor's life otherwise."""
-        while not self._stop.wait(WATCH_INTERVAL):
-            pass
-        return "stopped"
-
-    def stop(self) -> None:
-        """End the pending :meth:`watch` call (control group)."""
-        self._stop.set()
+    def watch(self) -> None:
+        """Never return (watch group): the call is pending for the actor's whole life, so that its
+        failure tells the driver that the actor or its node died. It sleeps in bounded waits."""
+        while True:
+            time.sleep(WATCH_INTERVAL)
 
 
 def _import_hint(exc: BaseException) -> None:

@@ -23,7 +23,7 @@ from forking import BOUND, wait_until
 from ray_cluster import DATA, cluster_fixture, leak_check
 from ray_items import ExitsAt, Marked, fails_at_7, needs_config, reached, same, value, with_tensor
 from seqloader.prefetcher.faults import ItemTimeout, WorkerDied
-from seqloader.prefetcher.ray import RayWorkers
+from seqloader.prefetcher.ray_options import RayWorkers
 
 ON_DATA_NODES = RayWorkers(resources={DATA: 1})
 
