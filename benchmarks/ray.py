@@ -1,5 +1,8 @@
 """Ray workloads: the Ray executor (``prefetch(method=RayWorkers(...))``) on a cluster of this machine.
 
+Opt-in (``benchmarks.OPT_IN``): run only when named, e.g. ``python -m benchmarks --workloads
+ray_overhead,ray_scaling,ray_node_loss``.
+
 Each workload starts a :class:`seqloader.testing.LocalRayCluster` (a head, which runs this
 process, and data nodes of 1 CPU each, every node its own raylet on loopback; ~10 s, outside
 every timing) and stops it. Workers are started before each timing (``Prefetch.start``), for

@@ -6,7 +6,8 @@ so removing one (:meth:`LocalRayCluster.remove_node`, a SIGKILL of the raylet an
 is what losing a host is to the actors on it. Everything listens on loopback: on Linux Ray turns
 ``127.0.0.1`` into the host's routable address unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (the
 switch of its one-machine mode on macOS and Windows), which this class sets for this process and
-the processes it starts. Only the data nodes have the resource :data:`DATA`, so
+the processes it starts, until :meth:`LocalRayCluster.shutdown` (which also restores
+``PYTHONPATH``). Only the data nodes have the resource :data:`DATA`, so
 ``RayWorkers(resources={"data": 1})`` keeps actors off the head (where the driver runs).
 """
 
@@ -58,6 +59,7 @@ class LocalRayCluster:
         if data_nodes < 0 or cpus < 1:
             raise ValueError(f"LocalRayCluster: data_nodes must be >= 0 and cpus >= 1 (got data_nodes={data_nodes}, "
                              f"cpus={cpus})")
+        self._environ = {k: os.environ.get(k) for k in (_SWITCH, "PYTHONPATH")}  # restored by shutdown()
         os.environ[_SWITCH] = "0"
         import psutil
         import ray
@@ -66,9 +68,8 @@ class LocalRayCluster:
 
         ray_constants.ENABLE_RAY_CLUSTER = False  # ray may have been imported before the variable was set
         self._ray, self._psutil, self.cpus = ray, psutil, cpus
-        self._pythonpath = os.environ.get("PYTHONPATH")
         if pythonpath:
-            os.environ["PYTHONPATH"] = os.pathsep.join([*pythonpath, *filter(None, [self._pythonpath])])
+            os.environ["PYTHONPATH"] = os.pathsep.join([*pythonpath, *filter(None, [self._environ["PYTHONPATH"]])])
         self.seen: set[int] = set()
         self.cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 1, "node_ip_address": _LOOPBACK, "include_dashboard": False,
@@ -129,10 +130,11 @@ class LocalRayCluster:
         self.processes()
         self._ray.shutdown()
         self.cluster.shutdown()
-        if self._pythonpath is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = self._pythonpath
+        for key, value in self._environ.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         deadline = time.monotonic() + bound
         while True:
             left = {p for p in self.seen if self._running(p)}
