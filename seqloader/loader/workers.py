@@ -196,7 +196,7 @@ class Workers:
             pf = prefetch(seq, n, method=method, prefetch_factor=loader.prefetch_factor, timeout=loader.timeout,
                           worker_init_fn=TorchWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages),
                           shared=loader.dataset, affinity=affinity, restarts=restarts,
-                          respawn=respawn if restarts else None, describe=describe)
+                          respawn=respawn if restarts else None, describe=describe_batch)
         elif method == "thread":
             setup = ThreadWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, self.probe,
                                       copy_dataset=isinstance(loader.dataset, torch.utils.data.IterableDataset))
