@@ -3,7 +3,7 @@
 The loader is the torch-shaped shell: arguments, ``set_epoch``, ``state_dict``, ``stats``. It holds
 its :class:`~seqloader.loader.progress.Progress` (``(epoch, position)``) and, per epoch, composes
 lazy sequences instead of forking torch's iterator: the :class:`~seqloader.loader.recipe.Recipe`
-(which indices each batch reads: ``loader/recipe.py``, ``orders.py``, ``plans.py``) -> fetch +
+(which indices each batch reads: ``loader/recipe.py``, ``orders/orders.py``, ``orders/plans.py``) -> fetch +
 collate (``loader/fetch.py``) -> ``Prefetch`` over worker processes (``loader/workers.py``,
 ``num_workers > 0``) -> the iterator (``loader/epoch.py``, pinning in ``loader/iterator.py``).
 Resuming is a seek: the order is rebuilt from ``(seed, epoch)`` and read from ``position``.
@@ -44,11 +44,11 @@ from seqloader.loader.source_files import check_pipeline_files, describe_pipelin
 from seqloader.loader.state_checks import (check_against_recipe, check_ahead, check_matches, len_or_none,
                                            load_seekable_sampler)
 from seqloader.loader.stats import LoaderStats
-from seqloader.loader.steps import schedule_of
+from seqloader.orders.steps import schedule_of
 from seqloader.loader.torch_compat import pin_device
 from seqloader.loader.workers import Workers, check_threads_per_worker, check_worker_method, check_worker_restarts
 from seqloader.rng import check_seed
-from seqloader.shuffle_sampler import SeekableSampler
+from seqloader.loader.shuffle_sampler import SeekableSampler
 
 __all__ = ["DataLoader", "StatefulDataLoader"]
 

@@ -57,8 +57,8 @@ def describe_batch(seq: Any, b: int) -> str:
     its dataset indices (the prefetcher's ``describe``: the heal warning, a dead worker, a timeout).
 
     Example:
-        >>> from seqloader.loader.plans import OrderPlan
-        >>> from seqloader.loader.orders import RangeOrder
+        >>> from seqloader.orders.plans import OrderPlan
+        >>> from seqloader.orders.orders import RangeOrder
         >>> seq = EpochBatches(list(range(10)), OrderPlan(RangeOrder(10), 0, 4, False), list, seed=0, epoch=0)
         >>> describe_batch(seq, 2), describe_batch(object(), 2)
         ('batch 2 (dataset indices [8, 9])', 'batch 2')

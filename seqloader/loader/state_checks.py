@@ -146,7 +146,7 @@ def check_ahead(saved: LoaderState, world_size: int) -> None:
 
 
 def load_seekable_sampler(sampler: Any, state: Any) -> None:
-    """Hand a seekable sampler (:class:`~seqloader.shuffle_sampler.SeekableSampler`) its sub-state:
+    """Hand a seekable sampler (:class:`~seqloader.loader.shuffle_sampler.SeekableSampler`) its sub-state:
     the first change of a load, since it checks everything before it changes anything; a refusal
     is a ``ValueError`` naming ``'sampler'`` (its own message kept).
 
