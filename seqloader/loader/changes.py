@@ -28,7 +28,7 @@ import numpy as np
 
 from seqloader.orders.holes import HoledOrder, Intervals
 from seqloader.orders.orders import Order, positions_of
-from seqloader.loader.validation import check_value, is_int_in
+from seqloader.loader.state import check_value, is_int_in
 
 __all__ = ["RecipeChanges", "Skip", "WeightChange", "check_weights"]
 

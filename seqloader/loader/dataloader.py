@@ -11,7 +11,7 @@ An ``IterableDataset`` is read as one stream per worker, round-robin, on the sam
 (``loader/streams.py``, ``loader/iterable.py``). Iterators get what they read when they are built
 and never call back into the loader.
 
-Epochs (when the counter moves, and ``set_epoch``): see :mod:`seqloader.loader.epoch_control`.
+Epochs (when the counter moves, and ``set_epoch``): see :mod:`seqloader.loader.progress`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from seqloader.loader import world
 from seqloader.loader.custom_order import CustomOrder
 from seqloader.loader.default_sampler import forwarding_sampler
 from seqloader.loader.epoch import MapIterator
-from seqloader.loader.epoch_control import EpochControl, Watch
+from seqloader.loader.progress import EpochControl, Watch
 from seqloader.loader.iterable import IterableIterator
 from seqloader.loader.iterator import Opened, read_window
 from seqloader.loader.opening import epoch_batches, open_map_epoch, open_stream_epoch
@@ -41,7 +41,7 @@ from seqloader.loader.verbs import LoaderVerbs
 from seqloader.loader.seeding import DERIVATION
 from seqloader.loader.state import LoaderState, is_stateful
 from seqloader.loader.source_files import check_pipeline_files, describe_pipeline
-from seqloader.loader.state_checks import (check_against_recipe, check_ahead, check_matches, len_or_none,
+from seqloader.loader.saving import (check_against_recipe, check_ahead, check_matches, len_or_none,
                                            load_seekable_sampler)
 from seqloader.loader.stats import LoaderStats
 from seqloader.orders.steps import schedule_of

@@ -2,7 +2,7 @@
 
 :class:`LoaderVerbs` is a base class of :class:`seqloader.DataLoader` (so the loader module keeps
 to torch's arguments, iteration and the state): each verb checks its arguments and hands the work
-to one of the loader's parts: :class:`~seqloader.loader.epoch_control.EpochControl` (epochs),
+to one of the loader's parts: :class:`~seqloader.loader.progress.EpochControl` (epochs),
 :class:`~seqloader.loader.recipe.Recipe` (what batch ``b`` reads) and
 :class:`~seqloader.loader.recipe_control.RecipeControl` (changes during a run; ``docs/recipes.md``).
 """
@@ -13,7 +13,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from seqloader.errors import check_nonnegative_int
 from seqloader.loader import world
-from seqloader.loader.epoch_control import EpochControl
+from seqloader.loader.progress import EpochControl
 from seqloader.loader.recipe import Recipe
 from seqloader.loader.recipe_control import RecipeControl
 from seqloader.loader.state import LoaderState

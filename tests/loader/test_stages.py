@@ -15,7 +15,7 @@ import torch
 import seqloader.loader.dataloader as dataloader_mod
 import seqloader.loader.iterator as iterator_mod
 from seqloader import DataLoader, rng_map, smap
-from seqloader.loader.stage_stats import StageAccount
+from seqloader.loader.stats import StageAccount
 from seqloader.loader.stats import EpochStats
 from seqloader.sequences import stage_times
 

@@ -1,4 +1,7 @@
-"""L3: checks of a loaded state against the loader it is loaded into, and the value checks of the state.
+"""L3: a loader's state out and in: checks of a loaded state against the loader it is loaded into.
+
+The format of a state (its keys, versions, migrations and value checks) is
+:mod:`seqloader.loader.state`; this module is how a state meets a loader, a concept of its own.
 
 :func:`check_matches` (same dataset, arguments, kinds of sub-states), :func:`check_position`,
 :func:`check_ahead` and :func:`check_against_recipe` (what the state's epoch reads: ``position``
@@ -14,9 +17,7 @@ import copy
 import dataclasses
 from typing import Any, Callable, Optional, cast
 
-from seqloader.loader.state import LoaderState
-from seqloader.loader.stream_state import IterableState
-from seqloader.loader.validation import STAGE
+from seqloader.loader.state import STAGE, IterableState, LoaderState
 
 __all__ = ["check_against_recipe", "check_ahead", "check_matches", "check_position", "len_or_none",
            "load_seekable_sampler"]
