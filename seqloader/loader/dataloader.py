@@ -17,7 +17,6 @@ Epochs (when the counter moves, and ``set_epoch``): see :mod:`seqloader.loader.p
 from __future__ import annotations
 
 import copy
-import functools
 import os
 import weakref
 from typing import Any, Iterable, Optional, Sequence, TypeVar, cast
@@ -30,7 +29,7 @@ from seqloader.loader import world
 from seqloader.loader.custom_order import CustomOrder
 from seqloader.loader.default_sampler import forwarding_sampler
 from seqloader.loader.epoch import MapIterator
-from seqloader.loader.progress import EpochControl, Watch
+from seqloader.loader.progress import Change, EpochControl
 from seqloader.loader.iterable import IterableIterator
 from seqloader.loader.iterator import Opened, read_window
 from seqloader.loader.opening import epoch_batches, open_map_epoch, open_stream_epoch
@@ -159,8 +158,7 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         self._workers = Workers()  # persistent workers (kept across epochs); others live in iterators
         owner = self._custom.epoch_owner() if self._custom is not None else (
             sampler if isinstance(sampler, SeekableSampler) else None)
-        self._epochs = EpochControl(self._progress, iterable, owner,
-                                    None if self._custom is None else self._custom.forget, self._used_up)
+        self._epochs = EpochControl(self._progress, iterable, owner, None if self._custom is None else self._custom.forget)
         self._stats = LoaderStats()
         self._control = RecipeControl(self._progress)
         self._files_state: Optional[list] = None
@@ -233,9 +231,9 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
             it: Any = IterableIterator(opened, progress, generation, self._stats, device, self.timeout, window,
                                        owner=self)
         else:
-            watch = self._epochs.watch()
+            self._epochs.look()
             it = MapIterator(self._open_epoch(), progress, generation, self._stats, device, self.timeout, window,
-                             reopen=functools.partial(self._reopen, watch), owner=self)
+                             reopen=self._reopen, owner=self)
         self._stats.opened()  # what iter() took (worker start-up) is its own line: startup_s
         return it
 
@@ -243,18 +241,18 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         self._control.resolve(self._recipe())
         return open_map_epoch(self, self._recipe(), self._progress, self._workers, self._stats)
 
-    def _reopen(self, watch: Watch, current: Opened, used_up: bool, settle: bool) -> Optional[Opened]:
+    def _reopen(self, current: Opened, used_up: bool, settle: bool) -> Optional[Opened]:
         """The epoch to read instead of ``current``: at an iterator's first ``next()`` if a ``set_epoch``
-        since ``iter()`` changed it (``settle``; ``watch``: the sampler the loader follows), or after a
-        recipe change (the same workers read on from the frontier)."""
+        since ``iter()`` changed it (``settle``; or the sampler the loader follows changed its order),
+        or after a recipe change (the same workers read on from the frontier)."""
         progress = self._progress
-        stale = self._epochs.settle(watch, used_up) if settle else False
-        if not stale and (progress.epoch, progress.position, progress.ahead, progress.recipe_changes) == (
-                current.epoch, current.start, current.ahead, current.recipe_changes):
+        stale = self._epochs.settle(used_up) if settle else False
+        change = progress.mark().since(current.mark)
+        if change is Change.NONE and not stale:
             return None
         reuse = None
         if current.owned and not current.source.closed:
-            if current.epoch == progress.epoch and not stale:
+            if change is not Change.EPOCH and not stale:
                 reuse = current.source
             else:  # its workers (seeded for its epoch) go before new ones start
                 self._stats.refresh()

@@ -99,8 +99,8 @@ def _opened(loader: Settings, progress: Progress, workers: Workers, stats: Loade
         if unordered:
             source.seek(mark_from, skip=skip)
     owned = source is not seq and not workers.is_persistent(source)
-    return Opened(seq, source, owned, unordered, progress.epoch, progress.position, progress.ahead,
-                  Watermark(mark_from, skip), progress.step, progress.recipe_changes)
+    return Opened(seq, source, owned, unordered, progress.mark(), progress.position, Watermark(mark_from, skip),
+                  progress.step)
 
 
 def open_map_epoch(loader: Settings, recipe: Recipe, progress: Progress, workers: Workers,

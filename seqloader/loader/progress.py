@@ -16,6 +16,15 @@ only through its verbs:
   effect at once when no batch of the current epoch was read yet or none is left (an iterator that
   has not yielded a batch re-reads its order at its first ``next()``), else at the next ``iter()``.
 
+**Whether an opened epoch is stale** is one value compared in one place: :meth:`Progress.mark`
+returns a :class:`Mark` (the epoch and the version of what it reads), the opened epoch holds the
+mark it was opened at, and :meth:`Mark.since` says what changed since then: nothing, the epoch
+(``set_epoch``), or what the epoch reads (a recipe change, a load). ``position`` and ``ahead``
+are not in it: they are the reader's own progress, never a reason to reopen. The mark is the
+progress's record of those fields (``epoch`` and ``recipe_changes`` read it), replaced when one
+changes, so the iterator's check per batch is an identity test. A new kind of change during a run
+is one more field of :class:`Mark` and its bump here: no new branch anywhere.
+
 For an ``IterableDataset`` it also holds the per-worker :class:`~seqloader.loader.state.IterableState`.
 
 **Which epoch.** The first ``iter(loader)`` reads epoch 0. The epoch counter advances when the last
@@ -33,11 +42,42 @@ iterator settles its order at its first ``next()`` (:meth:`EpochControl.settle`)
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import enum
+from typing import Any, Callable, NamedTuple, Optional
 
 from seqloader.loader.state import IterableState
 
-__all__ = ["EpochControl", "Progress", "Watch"]
+__all__ = ["Change", "EpochControl", "Mark", "Progress"]
+
+
+class Change(enum.Enum):
+    """What changed since an epoch was opened (:meth:`Mark.since`)."""
+
+    NONE = "none"      #: nothing but the reader's own reads (``position``, ``ahead``)
+    EPOCH = "epoch"    #: the loader reads another epoch now (``set_epoch``)
+    RECIPE = "recipe"  #: what the epoch reads changed from the frontier on (weights, skips, a load)
+
+
+class Mark(NamedTuple):
+    """Which epoch a loader reads and the version of what it reads; see the module docstring.
+
+    Every field after ``epoch`` versions *what* the epoch reads: a new kind of change during a run
+    is one more field (with its bump in :class:`Progress`), reported as :attr:`Change.RECIPE`.
+
+    Example:
+        >>> opened = Mark(epoch=0)
+        >>> Mark(0).since(opened), Mark(1).since(opened), Mark(0, recipe_changes=1).since(opened)
+        (<Change.NONE: 'none'>, <Change.EPOCH: 'epoch'>, <Change.RECIPE: 'recipe'>)
+    """
+
+    epoch: int
+    recipe_changes: int = 0  # recipe changes (weights, skips) and loads: live iterators reopen
+
+    def since(self, opened: "Mark") -> Change:
+        """What changed from ``opened`` (the mark an epoch was opened at) to this mark."""
+        if self is opened or self == opened:
+            return Change.NONE
+        return Change.EPOCH if self.epoch != opened.epoch else Change.RECIPE
 
 
 class Progress:
@@ -64,11 +104,10 @@ class Progress:
     """
 
     def __init__(self, streams: Optional[int] = None, carry: bool = False):
-        self.epoch = 0
+        self._mark = Mark(epoch=0)      # the epoch and the version of what is read (see mark())
         self.position = 0              # samples of the epoch's global order already yielded
         self.ahead: tuple[int, ...] = ()  # in_order=False: keys of batches yielded past position
         self.step = 0                  # the global step of the batch at position (across epochs)
-        self.recipe_changes = 0        # bumped when the recipe changes mid-epoch: iterators reopen
         self._streams = streams
         self._carry = carry
         self.resumed = False           # the current iterator began from a loaded state
@@ -92,6 +131,29 @@ class Progress:
         self._yielded = False
         self._generation += 1
         return self._generation
+
+    def mark(self) -> Mark:
+        """The epoch and the version of what it reads, as one value (the same object until one
+        changes; compare marks with :meth:`Mark.since`)."""
+        return self._mark
+
+    @property
+    def epoch(self) -> int:
+        """The epoch being read (or next to be read)."""
+        return self._mark.epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self._mark = self._mark._replace(epoch=epoch)
+
+    @property
+    def recipe_changes(self) -> int:
+        """How many times the recipe changed (or a state was loaded): iterators opened before reopen."""
+        return self._mark.recipe_changes
+
+    @recipe_changes.setter
+    def recipe_changes(self, count: int) -> None:
+        self._mark = self._mark._replace(recipe_changes=count)
 
     def superseded(self, generation: int) -> bool:
         """Whether the iterator of ``generation`` was replaced by a later ``begin`` or ``load``."""
@@ -167,10 +229,6 @@ class Progress:
         return self.position > 0 or bool(self.ahead)
 
 
-#: A sampler whose own ``set_epoch`` the loader follows, with its ``epoch`` when it was looked at.
-Watch = Optional[tuple[Any, Any]]
-
-
 class EpochControl:
     """``set_epoch`` for one loader; see the module docstring.
 
@@ -181,51 +239,48 @@ class EpochControl:
         owner: the sampler with ``set_epoch`` that the loader follows (a custom sampler, a
             ``batch_sampler``'s sampler, or a seekable sampler), or ``None``.
         forget: called when the owner's new epoch changes its indices (read them again).
-        used_up: whether nothing of the current epoch is left to read.
 
     Example:
-        >>> p = Progress(); c = EpochControl(p, iterable=False, owner=None, forget=None, used_up=lambda: False)
-        >>> c.set_epoch(3); p.epoch
+        >>> p = Progress(); c = EpochControl(p, iterable=False, owner=None, forget=None)
+        >>> c.set_epoch(3, used_up=lambda: False); p.epoch
         3
     """
 
-    def __init__(self, progress: Progress, iterable: bool, owner: Any,
-                 forget: Optional[Callable[[], None]], used_up: Callable[[], bool]):
-        self._progress, self._iterable, self._owner = progress, iterable, owner
-        self._forget, self._used_up = forget, used_up
+    def __init__(self, progress: Progress, iterable: bool, owner: Any, forget: Optional[Callable[[], None]]):
+        self.progress, self._iterable, self._owner, self._forget = progress, iterable, owner, forget
+        self._seen: Any = None  # the followed sampler's epoch when iter() looked at it
 
-    def watch(self) -> Watch:
-        """The followed sampler and its epoch now (taken at ``iter()``), or ``None``."""
-        owner = self._owner
-        return None if owner is None else (owner, getattr(owner, "epoch", None))
+    def look(self) -> None:
+        """At ``iter()``: note the followed sampler's epoch, for :meth:`settle`."""
+        self._seen = getattr(self._owner, "epoch", None)
 
-    def set_epoch(self, epoch: int) -> None:
-        """The loader's ``set_epoch``: tell the followed sampler too (as accelerate's loaders do)."""
+    def set_epoch(self, epoch: int, used_up: Callable[[], bool]) -> None:
+        """The loader's ``set_epoch``: tell the followed sampler too (as accelerate's loaders do);
+        ``used_up``: whether nothing of the current epoch is left to read (asked only when needed)."""
         if self._owner is not None:
             self._owner.set_epoch(epoch)
-        self.move(epoch, used_up=None)
+        self.move(epoch, used_up)
 
-    def move(self, epoch: int, used_up: Optional[bool]) -> None:
-        """Move the progress to ``epoch`` now or at the next ``iter()`` (``used_up``: known, or ``None``)."""
-        progress = self._progress
+    def move(self, epoch: int, used_up: Callable[[], bool]) -> None:
+        """Move the progress to ``epoch`` now or at the next ``iter()``."""
+        progress = self.progress
         if self._iterable:
             now = not progress.begun and not progress.started
         else:
-            now = not progress.begun or (self._used_up() if used_up is None else used_up)
+            now = not progress.begun or used_up()
         progress.set_epoch(epoch, now)
 
-    def settle(self, watch: Watch, used_up: bool) -> bool:
+    def settle(self, used_up: bool) -> bool:
         """At an iterator's first ``next()``: follow a sampler's ``set_epoch`` made since ``iter()``
-        (``watch``). Returns whether the order must be read again although the loader's epoch and
+        (:meth:`look`). Returns whether the order must be read again although the loader's epoch and
         position did not change (the sampler's new epoch changes its indices)."""
-        if watch is None:
+        if self._owner is None:
             return False
-        owner, seen = watch
-        now = getattr(owner, "epoch", None)
-        if now == seen or not isinstance(now, int):
+        now = getattr(self._owner, "epoch", None)
+        if now == self._seen or not isinstance(now, int):
             return False
-        self.move(now, used_up)
-        if self._progress.begun:  # mid-epoch (a resumed one): read on as it began
+        self.move(now, lambda: used_up)
+        if self.progress.begun:  # mid-epoch (a resumed one): read on as it began
             return False
         if self._forget is not None:
             self._forget()

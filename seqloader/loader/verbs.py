@@ -45,6 +45,9 @@ class LoaderVerbs:
     def state_dict(self) -> dict:  # pragma: no cover - DataLoader's
         raise NotImplementedError
 
+    def _used_up(self) -> bool:  # pragma: no cover - DataLoader's
+        raise NotImplementedError
+
     def set_epoch(self, epoch: int) -> None:
         """Say which epoch the loader reads, as ``DistributedSampler.set_epoch`` does for a sampler.
 
@@ -83,7 +86,7 @@ class LoaderVerbs:
         epoch = check_nonnegative_int("DataLoader.set_epoch", "epoch", epoch)
         if epoch >= 2**63:
             raise ValueError(f"DataLoader.set_epoch: epoch must be < 2**63 (got {epoch})")
-        self._epochs.set_epoch(epoch)
+        self._epochs.set_epoch(epoch, self._used_up)
 
     def indices_at(self, epoch: int, step: int, rank: Optional[int] = None,
                    world_size: Optional[int] = None) -> Any:
