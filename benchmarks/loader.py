@@ -8,6 +8,11 @@
 * ``loader_tiny``: throughput of ``seqloader.DataLoader`` against torch's on 200_000 ints,
   batch 256, with 0 and 2 workers (one epoch each, workers started inside the timing).
 * ``loader_images``: the same on 8_000 uint8 images 3x224x224, batch 64, 2 workers.
+* ``main_cpu``: the guard of the per-batch cost: CPU seconds the training process itself spends
+  per batch (``time.process_time`` of the main process over an epoch, after the first batch, so
+  workers' start-up is out), 200_000 ints, 2 workers: batch 256, and batch 32 with a
+  ``state_dict()`` after every batch; seqloader's process and thread workers against torch's
+  ``DataLoader`` (lower is better; a regression of the receive path shows here first).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from benchmarks.common import (ImageDataset, IntDataset, Options, Row, best_of, 
                                mb_per_s)
 from seqloader import DataLoader
 
-__all__ = ["LOADER_WORKLOADS", "loader_images", "loader_tiny", "resume_latency", "state_size"]
+__all__ = ["LOADER_WORKLOADS", "loader_images", "loader_tiny", "main_cpu", "resume_latency", "state_size"]
 
 
 def resume_latency(opts: Options) -> list[Row]:
@@ -119,10 +124,50 @@ def loader_images(opts: Options) -> list[Row]:
     return _loader_compare("loader_images", ds, 64, (2,), opts, item_bytes=ds.images[0].nbytes)
 
 
+def _main_cpu_per_batch(make: Callable[[], object], with_state: bool) -> float:
+    """Seconds of this process's CPU per batch over one epoch after its first batch."""
+    loader = make()
+    it = iter(loader)  # type: ignore[call-overload]
+    next(it)
+    state = getattr(loader, "state_dict", None) if with_state else None
+    c0, k = time.process_time(), 0
+    for _ in it:
+        k += 1
+        if state is not None:
+            state()
+    spent = time.process_time() - c0
+    del it
+    return spent / max(1, k)
+
+
+def main_cpu(opts: Options) -> list[Row]:
+    """The training process's CPU per batch: seqloader (processes, threads) vs torch, tiny items."""
+    ds = IntDataset(20_000 if opts.quick else 200_000)
+    rows = []
+    for bs, with_state in ((256, False), (32, True)):
+        runs = {
+            "torch": lambda: _main_cpu_per_batch(
+                lambda: torch.utils.data.DataLoader(ds, batch_size=bs, num_workers=2), False),
+            "processes": lambda: _main_cpu_per_batch(
+                lambda: DataLoader(ds, batch_size=bs, num_workers=2, seed=0), with_state),
+            "threads": lambda: _main_cpu_per_batch(
+                lambda: DataLoader(ds, batch_size=bs, num_workers=2, worker_method="thread", seed=0), with_state),
+        }
+        best = best_of(opts.repeat, runs)
+        what = f"batch {bs}" + (", state_dict() every batch" if with_state else "")
+        rows.append(Row("main_cpu", "torch DataLoader", 2, best["torch"] * 1e6, "µs", notes=what + " (no state)"))
+        for label in ("processes", "threads"):
+            rows.append(Row("main_cpu", f"seqloader.DataLoader ({label})", 2, best[label] * 1e6, "µs",
+                            ratio=best["torch"] / best[label],
+                            notes=what + ("; the thread workers' CPU is in this process too" if label == "threads" else "")))
+    return rows
+
+
 #: Workload name -> function(Options) -> rows.
 LOADER_WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
     "resume": resume_latency,
     "state_size": state_size,
     "loader_tiny": loader_tiny,
     "loader_images": loader_images,
+    "main_cpu": main_cpu,
 }

@@ -35,11 +35,12 @@ def test_unknown_workloads_are_refused(capsys):
 
 def test_workloads_are_a_registry_of_row_functions():
     assert list(benchmarks.WORKLOADS) == ["tiny", "images", "cpu", "first_batch",
-                                          "resume", "state_size", "loader_tiny", "loader_images",
+                                          "resume", "state_size", "loader_tiny", "loader_images", "main_cpu",
                                           "iterable_tiny", "iterable_images", "straggler", "stats_overhead",
                                           "stages_overhead", "resume_scale", "mix", "state_dict", "sources_parquet",
                                           "sources_tar", "sources_index", "sources_latency", "packing_padding",
                                           "packing_throughput", "packing_resume"]
+    assert list(benchmarks.OPT_IN) == ["ray_overhead", "ray_scaling", "ray_node_loss"]  # only when named
     rows = benchmarks.WORKLOADS["images"](common.Options(quick=True))
     assert [r.loader for r in rows] == ["seqloader", "torch"]
     assert all(r.value > 0 and r.mb_per_s > 0 for r in rows) and rows[0].ratio > 0
@@ -136,3 +137,11 @@ def test_packing_workloads_report_padding_throughput_and_resume():
     rows = _quick_rows("packing_resume")
     assert [r.unit for r in rows] == ["s", "s", "s"] and all(r.value > 0 for r in rows)
     assert "bit-identical" in rows[1].notes
+
+
+def test_the_main_cpu_guard_reports_microseconds_per_batch_against_torch():
+    rows = _quick_rows("main_cpu")
+    assert [r.loader for r in rows] == ["torch DataLoader", "seqloader.DataLoader (processes)",
+                                        "seqloader.DataLoader (threads)"] * 2
+    assert all(r.unit == "µs" and r.value > 0 for r in rows)
+    assert all(r.ratio is not None and r.ratio > 0 for r in rows if r.loader.startswith("seqloader"))

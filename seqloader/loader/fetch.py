@@ -13,7 +13,9 @@ functions run with it hidden, so they stack into ordinary memory rather than a f
 shared-memory segment per batch (``Prefetch`` ships results through its own reused slots).
 
 **Collating into the slot.** In a worker process, which asks for ``slot_item(b)``, with torch's
-``default_collate`` (and ``batch_size`` set), the item is a :class:`SlotCollate` holding the fetched samples: the worker then runs
+``default_collate`` (and ``batch_size`` set) and samples that hold tensors or arrays (a batch of
+numbers is one small ``torch.tensor(list)``: the two passes would cost more than they save), the
+item is a :class:`SlotCollate` holding the fetched samples: the worker then runs
 ``default_collate`` with every stacked tensor written straight into its job's shared-memory slot
 (:func:`~seqloader.loader.torch_compat.collate_into_slot`, the L2 protocol in
 :mod:`seqloader.prefetcher.processes.payload`), so each byte of a batch is written once and no buffer is
@@ -31,7 +33,8 @@ from typing import Any, Callable, Optional
 
 from seqloader.errors import note_stage
 from seqloader.loader.seeding import DERIVATION, seed_globals, watch_globals
-from seqloader.loader.torch_compat import collate_in_plain_memory, collate_into_slot, fetch, is_default_collate
+from seqloader.loader.torch_compat import (collate_in_plain_memory, collate_into_slot, fetch, has_arrays,
+                                           is_default_collate)
 from seqloader.prefetcher.processes.payload import SlotWriter
 from seqloader.sequences import stage_times
 from seqloader.sequences.base import LazySequence
@@ -113,7 +116,8 @@ class EpochBatches(LazySequence):
                 data = fetch(self._dataset, indices, self._auto_collation)
             else:
                 data = times.call(FETCH, fetch, self._dataset, indices, self._auto_collation)
-            if in_slot and self._auto_collation and is_default_collate(self._collate_fn):
+            if in_slot and self._auto_collation and is_default_collate(self._collate_fn) and data \
+                    and has_arrays(data[0]):
                 out: Any = SlotCollate(data, key, {"batch": b, "epoch": self._epoch})
             elif times is None:
                 out = collate_in_plain_memory(self._collate_fn, data)

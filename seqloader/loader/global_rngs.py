@@ -27,7 +27,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import random
-import threading
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
@@ -103,14 +102,17 @@ def layout() -> Optional[Layout]:
 
 
 _reseeds = 0  # how many times seqloader set the global states in this process (any thread)
-_reseeds_lock = threading.Lock()
 
 
 def reseeded() -> None:
-    """Count one setting of the global states by seqloader (seeding a batch, restoring a snapshot)."""
+    """Count one setting of the global states by seqloader (seeding a batch, restoring a snapshot).
+
+    Without a lock (it runs once per batch in every worker): on a free-threaded build two threads
+    counting at the same instant may count once. What reads the count (the thread workers' probe
+    of numpy's global state) could then blame a thread worker for a reseed it did not do (a
+    warning too many), never hide a draw."""
     global _reseeds
-    with _reseeds_lock:
-        _reseeds += 1
+    _reseeds += 1
 
 
 def reseeds() -> int:

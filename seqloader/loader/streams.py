@@ -32,7 +32,7 @@ from seqloader.errors import annotate
 from seqloader.loader.fetch import COLLATE, FETCH, SlotCollate
 from seqloader.loader.seeding import DERIVATION, seed_globals, watch_globals
 from seqloader.loader.state import is_stateful
-from seqloader.loader.torch_compat import collate_in_plain_memory, is_default_collate, worker_dataset
+from seqloader.loader.torch_compat import collate_in_plain_memory, has_arrays, is_default_collate, worker_dataset
 from seqloader.sequences import stage_times
 from seqloader.sequences.base import LazySequence
 
@@ -166,7 +166,8 @@ class StreamBatches(LazySequence):
             if items is None:
                 stream.ended, stream.state = True, self._end_state(stream)
                 return StreamItem(w, None, stream.batches, stream.state, True)
-            if in_slot and self._batch_size is not None and is_default_collate(self._collate_fn):
+            if in_slot and self._batch_size is not None and is_default_collate(self._collate_fn) and \
+                    has_arrays(items[0]):
                 return SlotCollate(items, i, {"batch": i, "epoch": self._epoch},
                                    functools.partial(self._yielded, stream, w))
             batch = self._collate(items) if times is None else times.call(COLLATE, self._collate, items)

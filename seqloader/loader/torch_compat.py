@@ -57,7 +57,7 @@ from torch.utils.data._utils.fetch import _MapDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
 __all__ = ["collate_in_plain_memory", "collate_into_slot", "fetch", "install_thread_worker_info", "install_worker_info",
-           "is_default_collate", "numpy_worker_seed", "open_files_error", "pin", "pin_device", "poison_error",
+           "has_arrays", "is_default_collate", "numpy_worker_seed", "open_files_error", "pin", "pin_device", "poison_error",
            "thread_generators", "worker_dataset", "worker_error", "worker_info_hidden"]
 
 #: torch's default collate functions: the ones that stack into shared memory inside a worker.
@@ -246,6 +246,26 @@ _PRISTINE = (dict(_collate.default_collate_fn_map)
 
 class _Unplaceable(Exception):
     """A batch the slot path cannot place (its tensors go through ``default_collate`` instead)."""
+
+
+def has_arrays(sample: Any, depth: int = 0) -> bool:
+    """Whether ``sample`` holds a tensor or a numpy array (what ``default_collate`` stacks), looking
+    through dicts, lists and tuples: only such batches gain from collating into the slot (a batch
+    of numbers becomes one ``torch.tensor(list)`` either way, cheaper without the slot's two passes).
+
+    Example:
+        >>> has_arrays({"x": [1, np.zeros(3)]}), has_arrays((1, 2.0, "a"))
+        (True, False)
+    """
+    if isinstance(sample, (torch.Tensor, np.ndarray)):
+        return True
+    if depth > 8 or isinstance(sample, (str, bytes)):
+        return False
+    if isinstance(sample, dict):
+        return any(has_arrays(v, depth + 1) for v in sample.values())
+    if isinstance(sample, (list, tuple)):
+        return any(has_arrays(v, depth + 1) for v in sample)
+    return False
 
 
 def is_default_collate(collate_fn: Any) -> bool:
