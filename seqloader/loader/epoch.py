@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from seqloader.loader.iterator import LoaderIterator, Opened
-from seqloader.loader.progress import Change, Progress
+from seqloader.loader.progress import EPOCH, NONE, Progress
 from seqloader.loader.stats import LoaderStats
 
 __all__ = ["MapIterator", "Reopen"]
@@ -73,10 +73,11 @@ class MapIterator(LoaderIterator):
             self._settle()
         else:
             change = progress.mark().since(self._opened.mark)
-            if change is Change.EPOCH:  # set_epoch() moved on after this epoch's last batch
-                self._finish()
-                raise StopIteration
-            if change is Change.RECIPE:  # what the epoch reads changed: drop the read-ahead, read on
+            if change is not NONE:
+                if change is EPOCH:  # set_epoch() moved on after this epoch's last batch
+                    self._finish()
+                    raise StopIteration
+                # RECIPE: what the epoch reads changed: drop the read-ahead, read on from the frontier
                 self._swap(self._reopen(self._opened, self._left == 0, False))
         if self._left == 0:  # the epoch is over (or was empty)
             self._finish()

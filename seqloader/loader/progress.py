@@ -47,7 +47,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from seqloader.loader.state import IterableState
 
-__all__ = ["Change", "EpochControl", "Mark", "Progress"]
+__all__ = ["EPOCH", "NONE", "RECIPE", "Change", "EpochControl", "Mark", "Progress"]
 
 
 class Change(enum.Enum):
@@ -75,9 +75,14 @@ class Mark(NamedTuple):
 
     def since(self, opened: "Mark") -> Change:
         """What changed from ``opened`` (the mark an epoch was opened at) to this mark."""
-        if self is opened or self == opened:
-            return Change.NONE
-        return Change.EPOCH if self.epoch != opened.epoch else Change.RECIPE
+        if self is opened or self == opened:  # the usual case, once per batch: an identity test
+            return NONE
+        return EPOCH if self.epoch != opened.epoch else RECIPE
+
+
+#: The members of :class:`Change` as module constants (looking up an enum member costs ~0.1 µs on
+#: Python 3.11; an iterator compares once per batch).
+NONE, EPOCH, RECIPE = Change.NONE, Change.EPOCH, Change.RECIPE
 
 
 class Progress:
