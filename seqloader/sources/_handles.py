@@ -6,7 +6,8 @@ file descriptor (:class:`~seqloader.sources._storage.Files`), a ``pyarrow.parque
 (:func:`~seqloader.parquet`), a ``RecordBatchFileReader`` over a memory map
 (:func:`~seqloader.arrow_ipc`). The bookkeeping is the same, and is here once: per process
 (rebuilt after ``fork``, dropped when pickled: :class:`~seqloader.sources._process.ProcessLocal`),
-at most ``capacity`` handles by file number, the least recently used one dropped first.
+at most ``capacity`` handles by key (a file number; ``(file, thread)`` for a handle that must not be
+read from two threads at once, such as a ``ParquetFile``), the least recently used one dropped first.
 
 A handle that needs closing (``close=``: a descriptor) is *leased* while it is read through
 (:meth:`HandleCache.lease`): when it leaves the cache under a reader, the last reader closes it.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import collections
 import functools
 import threading
-from typing import Any, Callable, Generic, Optional, TypeVar
+from typing import Any, Callable, Generic, Hashable, Optional, TypeVar
 
 from seqloader.sources._process import ProcessLocal
 
@@ -45,7 +46,7 @@ class _Open(Generic[V]):
     """One process's handles (the value of the :class:`HandleCache`'s ``ProcessLocal``)."""
 
     def __init__(self, close: Optional[Callable[[V], None]]):
-        self.entries: collections.OrderedDict[int, _Entry[V]] = collections.OrderedDict()
+        self.entries: collections.OrderedDict[Hashable, _Entry[V]] = collections.OrderedDict()
         self.lock = threading.Lock()
         self.close = close
         self.leftover: list[_Entry[V]] = []  # evicted while leased: closed by their last reader
@@ -82,7 +83,7 @@ class Lease(Generic[V]):
 
 
 class HandleCache(Generic[V]):
-    """Per process, at most ``capacity`` open handles by file number; see the module docstring.
+    """Per process, at most ``capacity`` open handles by key (a file number); see the module docstring.
 
     Args:
         capacity: handles kept open per process.
@@ -112,7 +113,7 @@ class HandleCache(Generic[V]):
         self._close = close
         self._local: ProcessLocal[_Open[V]] = ProcessLocal(functools.partial(_Open, close))
 
-    def _entry(self, k: int, open_: Callable[[], V], lease: bool) -> _Entry[V]:
+    def _entry(self, k: Hashable, open_: Callable[[], V], lease: bool) -> _Entry[V]:
         state = self._local.get()
         with state.lock:
             entry = state.entries.get(k)
@@ -142,16 +143,16 @@ class HandleCache(Generic[V]):
                 self._close(old.value)
         return entry
 
-    def get(self, k: int, open_: Callable[[], V]) -> V:
-        """The handle of file ``k`` in this process, opened by ``open_()`` when it is not open.
+    def get(self, k: Hashable, open_: Callable[[], V]) -> V:
+        """The handle of key ``k`` in this process, opened by ``open_()`` when it is not open.
 
         For handles without ``close``: one with ``close`` may be closed as soon as another file is
         opened, so read through it under :meth:`lease`.
         """
         return self._entry(k, open_, lease=False).value
 
-    def lease(self, k: int, open_: Callable[[], V]) -> Lease[V]:
-        """The handle of file ``k``, held open until the ``with`` block ends (see the module docstring)."""
+    def lease(self, k: Hashable, open_: Callable[[], V]) -> Lease[V]:
+        """The handle of key ``k``, held open until the ``with`` block ends (see the module docstring)."""
         return Lease(self._local.get(), self._entry(k, open_, lease=True))
 
     def __len__(self) -> int:

@@ -22,6 +22,7 @@ file and the row group. Hive partition folders (``year=2024/``) become columns
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Sequence
 
 from seqloader.errors import add_note
@@ -112,7 +113,7 @@ class _Parquet(TableSource):
             where += [(k, g) for g in range(meta.num_row_groups)]
         self._index = BlockIndex(counts)
         self._where = where
-        self._open: HandleCache[Any] = HandleCache()  # per process: open ParquetFile objects (local files)
+        self._open: HandleCache[Any] = HandleCache()  # per process and thread: open ParquetFile objects (local)
 
     def _init_columns(self, schemas: list[Any]) -> None:
         """The columns read from the files and the partition columns added to them."""
@@ -127,10 +128,12 @@ class _Parquet(TableSource):
 
     def _file(self, k: int) -> Any:
         """This process's ``ParquetFile`` (local) or ``FileMetaData`` (remote) of file ``k``. A local
-        file's footer is read again and compared with the index's once per process."""
+        file's footer is read again and compared with the index's once per process and thread."""
         if self._metas is not None:
             return self._metas[k]
-        return self._open.get(k, lambda: self._open_file(k))
+        # one ParquetFile per thread: pyarrow's must not be read from two threads at once (eight threads
+        # reading one crash the process, or raise "ReadRangeCache did not find matching cache entry")
+        return self._open.get((k, threading.get_ident()), lambda: self._open_file(k))
 
     def _open_file(self, k: int) -> Any:
         footer = parquet_footer(_OP, self._files, k, check=True)
