@@ -144,7 +144,7 @@ def test_a_node_lost_mid_epoch_costs_no_sample_and_repeats_none(cluster, tmp_pat
     assert sorted(samples) == list(range(N)) and len(samples) == N  # 0 lost, 0 duplicated
     assert_batches_equal([b[:, :2] for b in got], [b[:, :2] for b in want])  # ids and seeded draws
     assert sum(w["restarts"] for w in out["stats"]["workers"]) == 2  # the two actors of the lost node
-    assert any(f"while producing item {marked_batch}" in r.getMessage() for r in caplog.records)
+    assert any(f"while producing batch {marked_batch} (dataset indices" in r.getMessage() for r in caplog.records)
 
 
 def _rank(rank, world_size, address):
