@@ -12,7 +12,7 @@ is better): a single-process pyarrow scan, the ``webdataset`` package's own load
   the same batches of tensors (``iter_batches``); a full shuffle, timed on its first batches
   and reported per epoch. ``bytes decoded / dataset``: Arrow bytes of the row groups decoded over
   the epoch, divided by the dataset's (measured in the process at 0 workers; with workers,
-  simulated with ``seqloader.block_quality.bytes_read_ratio`` for the same order).
+  simulated with ``seqloader.orders.block_quality.bytes_read_ratio`` for the same order).
 * ``sources_tar``: tar shards of samples ``{bin: 8 KiB, cls}``; one epoch, 2 workers, batch 64,
   block-shuffled, against ``webdataset.WebDataset`` + ``WebLoader`` (2 workers, shards split
   between them); resuming into the middle of 1,000 small shards with their index cached: the
@@ -126,7 +126,7 @@ def _epoch(loader, limit: int | None = None) -> tuple[float, int]:
 
 def sources_parquet(opts: Options) -> list[Row]:
     """A block-shuffled Parquet epoch (0 and 2 workers) and a full shuffle against a pyarrow scan."""
-    from seqloader.block_quality import bytes_read_ratio
+    from seqloader.orders.block_quality import bytes_read_ratio
 
     files, groups, rows = (2, 4, 2_000) if opts.quick else (8, 8, 20_000)
     window, large = 4, 4096

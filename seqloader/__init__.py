@@ -44,9 +44,9 @@ _EXPORTS = {
     "RayWorkers": "seqloader.prefetcher.ray_options",
     "DataLoader": "seqloader.loader.dataloader",
     "StatefulDataLoader": "seqloader.loader.dataloader",
-    "BijectiveShuffleSampler": "seqloader.shuffle_sampler",
-    "BlockShuffleSampler": "seqloader.shuffle_sampler",
-    "WeightedSampler": "seqloader.weighted_sampler",
+    "BijectiveShuffleSampler": "seqloader.loader.shuffle_sampler",
+    "BlockShuffleSampler": "seqloader.loader.shuffle_sampler",
+    "WeightedSampler": "seqloader.loader.weighted_sampler",
     "StatefulDistributedSampler": "seqloader.sampler",
     "Stateful": "seqloader.sampler",
     "as_iterable_dataset": "seqloader.integrations.torch_iterable",
@@ -84,8 +84,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-export)
     from seqloader.integrations.torch_iterable import as_iterable_dataset as as_iterable_dataset
     from seqloader.loader.dataloader import DataLoader as DataLoader, StatefulDataLoader as StatefulDataLoader
-    from seqloader.shuffle_sampler import BijectiveShuffleSampler as BijectiveShuffleSampler, BlockShuffleSampler as BlockShuffleSampler
-    from seqloader.weighted_sampler import WeightedSampler as WeightedSampler
+    from seqloader.loader.shuffle_sampler import BijectiveShuffleSampler as BijectiveShuffleSampler, BlockShuffleSampler as BlockShuffleSampler
+    from seqloader.loader.weighted_sampler import WeightedSampler as WeightedSampler
     from seqloader.prefetcher.api import prefetch as prefetch
     from seqloader.prefetcher.prefetch import Prefetch as Prefetch
     from seqloader.prefetcher.ray_options import RayWorkers as RayWorkers

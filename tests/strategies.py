@@ -24,7 +24,7 @@ import pytest
 from hypothesis import strategies as st
 
 import seqloader as sl
-from seqloader.permutation import FeistelPermutation
+from seqloader.orders.permutation import FeistelPermutation
 from seqloader.rng import item_rng
 
 #: Above this length an op that grows the pipeline is replaced by a slice.

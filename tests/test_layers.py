@@ -2,10 +2,10 @@
 
 ``LAYERS`` assigns every module of ``seqloader`` to a layer (``docs/design.md`` has the same
 table). A module may import modules of its own layer or below, never above; the import graph
-between seqloader's modules has no cycle; the core (L0 sequences and errors, L1 rng and
-permutation) imports neither torch nor multiprocessing, and importing the public sequence ops in
-a fresh interpreter leaves torch out of ``sys.modules`` and changes no global state (such as how
-exceptions pickle).
+between seqloader's modules has no cycle; the core (L0 sequences and errors, L1 rng and the
+``orders`` wing) imports neither torch nor multiprocessing, and importing the public sequence ops
+and the orders wing in a fresh interpreter leaves torch out of ``sys.modules`` and changes no
+global state (such as how exceptions pickle).
 """
 
 from __future__ import annotations
@@ -20,23 +20,19 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "seqloader"
 
 #: (module prefix, layer); the longest matching prefix wins. L0 and L1 form one torch-free core:
-#: the sequence ops that need randomness (shuffle, rng_map) call rng and permutation.
+#: the sequence ops that need randomness (shuffle, rng_map) call rng and the orders wing.
 LAYERS = [
     ("seqloader.errors", 1),
     ("seqloader.sequences", 1),
     ("seqloader.sources", 1),
     ("seqloader.packing", 1),
     ("seqloader.rng", 1),
-    ("seqloader.permutation", 1),
+    ("seqloader.orders", 1),
     ("seqloader.threads", 1),
-    ("seqloader.block_permutation", 1),
-    ("seqloader.block_quality", 1),
     ("seqloader.sequences.blocks", 1),
     ("seqloader.prefetcher", 2),
     ("seqloader.loader", 3),
     ("seqloader.sampler", 3),
-    ("seqloader.shuffle_sampler", 3),
-    ("seqloader.weighted_sampler", 3),
     ("seqloader.integrations", 4),
     ("seqloader.testing", 4),
     ("seqloader.demo", 4),
@@ -45,9 +41,9 @@ LAYERS = [
 NAMES = {1: "L0/L1 core", 2: "L2 prefetcher", 3: "L3 loader", 4: "L4 integrations/tools"}
 #: Third-party modules the core must not import.
 NOT_IN_CORE = {"torch", "multiprocessing"}
-#: Within the core, rng and permutation sit below the sequence ops.
-BELOW_SEQUENCES = ("seqloader.rng", "seqloader.permutation", "seqloader.errors", "seqloader.threads",
-                   "seqloader.block_permutation", "seqloader.block_quality")
+#: Within the core, rng and the orders wing (permutations, block permutations, the loader's orders,
+#: plans, steps and holes: pure index arithmetic) sit below the sequence ops.
+BELOW_SEQUENCES = ("seqloader.rng", "seqloader.orders", "seqloader.errors", "seqloader.threads")
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -142,7 +138,9 @@ def test_sequence_ops_in_a_fresh_interpreter_leave_torch_unimported_and_globals_
             "class NeedsTwoArgs(Exception):\n"
             "    def __init__(self, a, b): super().__init__(f'{a}+{b}')\n"
             "from seqloader import LazySequence, smap, rng_map, gather, shuffle, concatenate, repeat, batch, shard\n"
-            "import seqloader.rng, seqloader.permutation\n"
+            "import seqloader.rng, seqloader.orders.permutation, seqloader.orders.block_quality\n"
+            "from seqloader.orders import holes, orders, plans, steps\n"
+            "assert plans.OrderPlan is not None and holes and orders.DERIVATION and steps.BatchSizes\n"
             "s = batch(shuffle(rng_map(lambda x, r: x, smap(int, concatenate([range(5), range(5)])), seed=1), seed=2), 3)\n"
             "assert len(s) == 4 and s[0]\n"
             "from seqloader import pack, keep\n"
@@ -176,6 +174,7 @@ def test_the_checker_sees_imports(tmp_path):
     assert imported_modules(probe) == {"torch.nn", "multiprocessing", "torch", "seqloader.loader",
                                        "seqloader.loader.state"}
     assert layer_of("seqloader.loader.state") == 3 and layer_of("seqloader.sequences.mix") == 1
+    assert layer_of("seqloader.orders.plans") == 1 and layer_of("seqloader.loader.shuffle_sampler") == 3
 
 
 def test_ray_is_imported_only_by_the_ray_executor():

@@ -13,7 +13,7 @@ holds the log as JSON, O(number of changes):
 * **Skips** ``[epoch, position, kind, ranges]``: from ``(epoch, position)`` on, the samples of
   ``ranges`` are skipped. ``kind`` is ``"indices"`` (dataset indices; also skipped in every later
   epoch) or ``"positions"`` (positions of that epoch's order: the batches of a step range). Skipped
-  positions become holes backfilled from the epoch's tail (:mod:`seqloader.loader.holes`); a hole
+  positions become holes backfilled from the epoch's tail (:mod:`seqloader.orders.holes`); a hole
   is only added where nothing was read yet.
 """
 
@@ -26,9 +26,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from seqloader.loader.holes import HoledOrder, Intervals
-from seqloader.loader.orders import Order, positions_of
-from seqloader.loader.validation import check_value, is_int_in
+from seqloader.orders.holes import HoledOrder, Intervals
+from seqloader.orders.orders import Order, positions_of
+from seqloader.loader.state import check_value, is_int_in
 
 __all__ = ["RecipeChanges", "Skip", "WeightChange", "check_weights"]
 

@@ -24,8 +24,8 @@ from typing import Any, Optional
 
 import torch.utils.data
 
-from seqloader.loader.orders import materialise_order
-from seqloader.loader.plans import BatchListPlan, OrderPlan, materialise_batches
+from seqloader.orders.orders import materialise_order
+from seqloader.orders.plans import BatchListPlan, OrderPlan, materialise_batches
 from seqloader.loader.seeding import sampler_globals
 from seqloader.loader.state import LoaderState, is_stateful
 from seqloader.sampler import StatefulDistributedSampler

@@ -1,62 +1,50 @@
 """``seqloader.DataLoader``: torch's ``DataLoader`` with exact, O(1) mid-epoch resume.
 
-The loader is the torch-shaped shell: arguments, ``set_epoch``, ``state_dict``, ``stats``. It holds
-its :class:`~seqloader.loader.progress.Progress` (``(epoch, position)``) and, per epoch, composes
-lazy sequences instead of forking torch's iterator: the :class:`~seqloader.loader.recipe.Recipe`
-(which indices each batch reads: ``loader/recipe.py``, ``orders.py``, ``plans.py``) -> fetch +
-collate (``loader/fetch.py``) -> ``Prefetch`` over worker processes (``loader/workers.py``,
-``num_workers > 0``) -> the iterator (``loader/epoch.py``, pinning in ``loader/iterator.py``).
+The loader is the torch-shaped shell: torch's arguments and attributes, ``iter()``,
+``state_dict``/``load_state_dict``, ``stats`` and seqloader's verbs. It composes small parts, each
+one concept, and holds four of them: its :class:`~seqloader.loader.reading.Reading` (what is read
+beyond torch's attributes: the order source, the batch-size schedule, the derivation, the recipe
+changes), its :class:`~seqloader.loader.progress.EpochControl` and the
+:class:`~seqloader.loader.progress.Progress` under it (``(epoch, position)``, ``set_epoch``), its
+:class:`~seqloader.loader.workers.Workers` and its :class:`~seqloader.loader.stats.LoaderStats`.
+It calls the others: ``iter()`` is :func:`~seqloader.loader.opening.new_iterator` (the recipe's
+batches, ``loader/recipe.py`` over the ``orders/`` wing -> fetch + collate, ``loader/fetch.py``
+-> ``Prefetch`` over the workers, ``loader/workers.py`` -> the iterator, ``loader/epoch.py`` or,
+for an ``IterableDataset`` read as one stream per worker, ``loader/iterable.py``); the state is
+built and checked in ``loader/saving.py`` (its format: ``loader/state.py``); ``set_epoch``,
+``indices_at``, ``set_weights``, ``skip`` and ``state_at`` are :class:`~seqloader.loader.verbs.Verbs`.
 Resuming is a seek: the order is rebuilt from ``(seed, epoch)`` and read from ``position``.
-An ``IterableDataset`` is read as one stream per worker, round-robin, on the same workers
-(``loader/streams.py``, ``loader/iterable.py``). Iterators get what they read when they are built
-and never call back into the loader.
-
-Epochs (when the counter moves, and ``set_epoch``): see :mod:`seqloader.loader.epoch_control`.
+Iterators get what they read when they are built and never call back into the loader.
 """
 
 from __future__ import annotations
 
-import copy
-import functools
 import os
 import weakref
-from typing import Any, Iterable, Optional, Sequence, TypeVar, cast
+from typing import Any, Iterable, Optional, Sequence, TypeVar
 
 import torch
 import torch.utils.data
 
-from seqloader.errors import check_nonnegative_int
 from seqloader.loader import world
-from seqloader.loader.custom_order import CustomOrder
-from seqloader.loader.default_sampler import forwarding_sampler
-from seqloader.loader.epoch import MapIterator
-from seqloader.loader.epoch_control import EpochControl, Watch
-from seqloader.loader.iterable import IterableIterator
-from seqloader.loader.iterator import Opened, read_window
-from seqloader.loader.opening import epoch_batches, open_map_epoch, open_stream_epoch
-from seqloader.loader.progress import Progress
-from seqloader.loader.recipe import Recipe
-from seqloader.loader.recipe_control import RecipeControl
-from seqloader.loader.verbs import LoaderVerbs
-from seqloader.loader.seeding import DERIVATION
-from seqloader.loader.state import LoaderState, is_stateful
-from seqloader.loader.source_files import check_pipeline_files, describe_pipeline
-from seqloader.loader.state_checks import (check_against_recipe, check_ahead, check_matches, len_or_none,
-                                           load_seekable_sampler)
+from seqloader.loader.default_sampler import install_forwarding_sampler
+from seqloader.loader.opening import new_iterator
+from seqloader.loader.progress import EpochControl, Progress
+from seqloader.loader.reading import Reading
+from seqloader.loader.saving import check_loadable, state_of
+from seqloader.loader.state import LoaderState
 from seqloader.loader.stats import LoaderStats
-from seqloader.loader.steps import schedule_of
-from seqloader.loader.torch_compat import pin_device
+from seqloader.loader.verbs import Verbs, documented
 from seqloader.loader.workers import Workers, check_threads_per_worker, check_worker_method, check_worker_restarts
 from seqloader.prefetcher.ray_options import RayWorkers
 from seqloader.rng import check_seed
-from seqloader.shuffle_sampler import SeekableSampler
 
 __all__ = ["DataLoader", "StatefulDataLoader"]
 
 T_co = TypeVar("T_co", covariant=True)
 
 
-class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
+class DataLoader(torch.utils.data.DataLoader[T_co]):
     """A drop-in ``torch.utils.data.DataLoader`` whose ``state_dict`` resumes exactly, by seeking.
 
     Takes torch's arguments (validated by torch, stored as attributes of the same names) and
@@ -143,29 +131,16 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         if not isinstance(profile_stages, bool):
             raise TypeError(f"DataLoader: profile_stages must be a bool (got {type(profile_stages).__name__})")
         self.profile_stages = profile_stages
-        # A seed is shared by all ranks when given, loaded, or drawn under an initialised world
-        # (draw_seed broadcasts rank 0's). One drawn per process cannot shard a global order.
-        self._seed_world = world.current_world()[1] if seed is None else None
-        # The user's own sampler objects (torch builds defaults into .sampler / .batch_sampler).
-        self._user_sampler = sampler
-        self._user_batch_sampler = batch_sampler
-        self._custom = None if self._builtin_order else CustomOrder(sampler, batch_sampler)
-        if isinstance(sampler, SeekableSampler):
-            sampler.bind(num_workers, batch_size)
-        self._derivation = DERIVATION  # a loaded state brings its own (see loader/seeding.py)
-        self._batch_sizes = schedule_of(batch_size, batch_size_schedule, batch_sampler=batch_sampler,
-                                        iterable=isinstance(dataset, torch.utils.data.IterableDataset))
-        iterable = self._iterable = isinstance(dataset, torch.utils.data.IterableDataset)
-        self._progress = (Progress(max(1, num_workers), carry=persistent_workers or num_workers == 0)
-                          if iterable else Progress())
+        # The parts (one concept each): what is read beyond torch's attributes, where the loader
+        # stands (and which epoch), who computes the batches, where the time goes.
+        iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+        progress = Progress(max(1, num_workers), carry=persistent_workers or num_workers == 0) if iterable else Progress()
+        self._reading = Reading(iterable, sampler, batch_sampler, batch_size, batch_size_schedule, num_workers, progress,
+                                seed_world=world.current_world()[1] if seed is None else None)
+        custom = self._reading.custom
+        self._epochs = EpochControl(progress, iterable, self._reading.owner(), None if custom is None else custom.forget)
         self._workers = Workers()  # persistent workers (kept across epochs); others live in iterators
-        owner = self._custom.epoch_owner() if self._custom is not None else (
-            sampler if isinstance(sampler, SeekableSampler) else None)
-        self._epochs = EpochControl(self._progress, iterable, owner,
-                                    None if self._custom is None else self._custom.forget, self._used_up)
         self._stats = LoaderStats()
-        self._control = RecipeControl(self._progress)
-        self._files_state: Optional[list] = None
         # Every argument by keyword: frameworks (Lightning) patch DataLoader.__init__ and map
         # positional arguments by their own signature.
         super().__init__(dataset=dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
@@ -175,45 +150,12 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
                          prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
                          pin_memory_device=pin_memory_device, in_order=in_order)
         if not iterable and sampler is None and batch_sampler is None:
-            # torch's default sampler, whose set_epoch reaches this loader (Lightning calls it
-            # there); torch forbids assigning .sampler after __init__, and the copy is the same
-            # sampler, so it is set underneath, in both places torch keeps it
-            default = forwarding_sampler(self.sampler, self)
-            object.__setattr__(self, "sampler", default)
-            if self.batch_sampler is not None:  # batch_size=None has none
-                self.batch_sampler.sampler = default  # type: ignore[attr-defined]  # torch's BatchSampler
+            install_forwarding_sampler(self)  # torch's default sampler, whose set_epoch reaches this loader
         weakref.finalize(self, self._workers.close)
 
-    # -- what is read --------------------------------------------------------------------------
-
-    @property
-    def _is_iterable(self) -> bool:
-        # set at construction: torch forbids assigning .dataset later, and an isinstance check
-        # against torch's ABC costs ~0.5 ms whenever an ABC registration has reset its cache
-        return self._iterable
-
-    @property
-    def _builtin_order(self) -> bool:
-        return self._user_batch_sampler is None and (
-            self._user_sampler is None or isinstance(self._user_sampler, SeekableSampler))
-
-    def _recipe(self) -> Recipe:
-        """What the epochs read, from the loader's current attributes (see ``loader/recipe.py``)."""
-        seekable = self._user_sampler if isinstance(self._user_sampler, SeekableSampler) else None
-        dataset: Any = self.dataset  # map-style here: sized
-        return Recipe(dataset=dataset, dataset_len=len(dataset), batch_size=self.batch_size,
-                      drop_last=self.drop_last, collate_fn=self.collate_fn, shuffle=bool(self.shuffle),
-                      seed=self.seed, derivation=self._derivation, sampler=seekable, custom=self._custom,
-                      batch_sizes=self._batch_sizes, changes=self._control.changes)
-
     def __len__(self) -> int:
-        if self._is_iterable or not self._builtin_order:
-            return super().__len__()
-        progress, sizes = self._progress, self._batch_sizes
-        first = progress.step  # the epoch's first step (a batch-size schedule reads it)
-        if sizes is not None and progress.position:
-            first -= sizes.steps_before(progress.step, progress.position // world.current_world()[1])
-        return self._recipe().batches_per_epoch(first_step=first)
+        n = self._reading.epoch_length(self, self._epochs.progress)
+        return super().__len__() if n is None else n
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -223,54 +165,20 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
                              "num_workers=0); set timeout=0 or use worker processes")
         if self.num_workers > 0:
             self.check_worker_number_rationality()
-        if not self._is_iterable and self._builtin_order:
-            world.check_seed_is_shared(self._seed_world)
-        device = pin_device(self.pin_memory, self.pin_memory_device)
-        progress = self._progress
-        generation = progress.begin()
-        self._stats.begin(progress.epoch, progress.resumed, profile=self.profile_stages)
-        window = read_window(self.num_workers, self.prefetch_factor)
-        if self._is_iterable:
-            opened = open_stream_epoch(self, self._derivation, progress, self._workers, self._stats)
-            it: Any = IterableIterator(opened, progress, generation, self._stats, device, self.timeout, window,
-                                       owner=self)
-        else:
-            watch = self._epochs.watch()
-            it = MapIterator(self._open_epoch(), progress, generation, self._stats, device, self.timeout, window,
-                             reopen=functools.partial(self._reopen, watch), owner=self)
-        self._stats.opened()  # what iter() took (worker start-up) is its own line: startup_s
-        return it
+        if not self._reading.iterable and self._reading.builtin:
+            world.check_seed_is_shared(self._reading.seed_world)
+        return new_iterator(self, self._reading, self._epochs, self._workers, self._stats)
 
-    def _open_epoch(self) -> Opened:
-        self._control.resolve(self._recipe())
-        return open_map_epoch(self, self._recipe(), self._progress, self._workers, self._stats)
+    def _get_iterator(self):
+        """torch's hook for a new iterator: ours (never torch's single/multi-process iterators)."""
+        return self.__iter__()
 
-    def _reopen(self, watch: Watch, current: Opened, used_up: bool, settle: bool) -> Optional[Opened]:
-        """The epoch to read instead of ``current``: at an iterator's first ``next()`` if a ``set_epoch``
-        since ``iter()`` changed it (``settle``; ``watch``: the sampler the loader follows), or after a
-        recipe change (the same workers read on from the frontier)."""
-        progress = self._progress
-        stale = self._epochs.settle(watch, used_up) if settle else False
-        if not stale and (progress.epoch, progress.position, progress.ahead, progress.recipe_changes) == (
-                current.epoch, current.start, current.ahead, current.recipe_changes):
-            return None
-        reuse = None
-        if current.owned and not current.source.closed:
-            if current.epoch == progress.epoch and not stale:
-                reuse = current.source
-            else:  # its workers (seeded for its epoch) go before new ones start
-                self._stats.refresh()
-                current.source.close()
-        self._control.resolve(self._recipe())
-        opened = open_map_epoch(self, self._recipe(), progress, self._workers, self._stats, reuse)
-        self._stats.reading(progress.epoch)
-        return opened
+    def check_worker_number_rationality(self) -> None:
+        """torch's advice on the number of worker processes (threads are not counted)."""
+        if getattr(self, "worker_method", "multiprocessing") == "multiprocessing":
+            super().check_worker_number_rationality()
 
-    # -- epochs --------------------------------------------------------------------------------
-
-    def _used_up(self) -> bool:
-        seq, skip = epoch_batches(self._recipe(), self._progress)
-        return len(seq) == len(skip)
+    # -- stats ---------------------------------------------------------------------------------
 
     def stats(self) -> dict:
         """Where the time goes, for the current and the last epoch: is the loop waiting for data?
@@ -295,43 +203,7 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
             raise ValueError(f"DataLoader.log_stats: every_s must be > 0 or None (got {every_s!r})")
         self._stats.log_every_s = every_s
 
-    def check_worker_number_rationality(self) -> None:
-        """torch's advice on the number of worker processes (threads are not counted)."""
-        if getattr(self, "worker_method", "multiprocessing") == "multiprocessing":
-            super().check_worker_number_rationality()
-
-    def _get_iterator(self):
-        """torch's hook for a new iterator: ours (never torch's single/multi-process iterators)."""
-        return self.__iter__()
-
     # -- state ---------------------------------------------------------------------------------
-
-    def _state(self) -> LoaderState:
-        size = world.current_world()[1]
-        progress = self._progress
-        sampler_state, sampler_epoch = None, None
-        if self._custom is not None:
-            sampler_state, sampler_epoch = self._custom.state(progress.epoch, progress.position,
-                                                              progress.started)
-        elif isinstance(self._user_sampler, SeekableSampler):
-            sampler_state = self._user_sampler.state_dict()  # its seed; the loader keeps the epoch
-        iterable, dataset = self._is_iterable, cast(Any, self.dataset)
-        dataset_state = dataset.state_dict() if not iterable and is_stateful(dataset) else None
-        return LoaderState(
-            seed=self.seed, epoch=progress.epoch, position=progress.position, ahead=progress.ahead,
-            step=progress.step, recipe=self._control.changes.to_state(), files=self._files(),
-            dataset_len=len_or_none(self.dataset), batch_size=self.batch_size, drop_last=self.drop_last,
-            shuffle=bool(self.shuffle) and not iterable, derivation=self._derivation,
-            sampler_len=None if iterable or self._custom is None else len_or_none(self._custom),
-            sampler_epoch=sampler_epoch, sampler=sampler_state, dataset=dataset_state,
-            iterable=None if progress.iterable is None else progress.iterable.copy(),
-            saved_with={"num_workers": self.num_workers, "world_size": size})
-
-    def _files(self) -> list:
-        """The file lists of the pipeline's sources (computed once: a source's files do not change)."""
-        if self._files_state is None:
-            self._files_state = describe_pipeline(self.dataset)
-        return self._files_state
 
     def state_dict(self) -> dict:
         """The resume state: valid before ``iter``, mid-epoch and at the end of an epoch.
@@ -345,7 +217,7 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
             >>> sd["epoch"], sd["position"], sd["dataset_len"], sd["sampler"]
             (0, 0, 10, None)
         """
-        return self._state().to_dict()
+        return state_of(self, self._reading, self._epochs.progress).to_dict()
 
     def load_state_dict(self, state_dict: dict, *, check_files: bool = True) -> None:
         """Make the next ``iter(loader)`` resume from ``state_dict`` (see :meth:`state_dict`).
@@ -380,30 +252,41 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
             ValueError: load_state_dict: 'drop_last' is True in the state_dict but this loader has drop_last=False; build the loader with the arguments it was saved with
         """
         saved = LoaderState.from_dict(state_dict)
-        check_matches(saved, self._state(), not self._is_iterable and self._user_batch_sampler is None)
-        check_ahead(saved, world.current_world()[1])
-        check_pipeline_files(saved.files, self.dataset, check_files)
-        changes = self._control.checked(saved.recipe, None if self._is_iterable else self._recipe())
-        if self._custom is not None:
-            self._custom.check(saved)
-        elif not self._is_iterable:
-            check_against_recipe(saved, self._recipe().replace(changes=changes))
+        reading, progress = self._reading, self._epochs.progress
+        changes = check_loadable(saved, self, reading, progress, check_files)
         # validated: mutate (a seekable sampler checks its own state before changing: first)
-        if self._custom is None and saved.sampler is not None:  # a seekable sampler's seed (and geometry)
-            load_seekable_sampler(self._user_sampler, saved.sampler)
+        reading.load_sampler(saved)
         self._workers.close()
-        if self._custom is not None:
-            self._custom.load(saved)
-        if saved.dataset is not None:
-            cast(Any, self.dataset).load_state_dict(copy.deepcopy(saved.dataset))
+        reading.load(saved, changes, self.dataset)
         self.seed = saved.seed
-        self._derivation = saved.derivation
-        self._seed_world = None
-        self._control.load(changes)
-        self._progress.load(saved.epoch, saved.position,
-                            None if saved.iterable is None else saved.iterable.copy(), saved.ahead, saved.step)
+        progress.load(saved.epoch, saved.position, None if saved.iterable is None else saved.iterable.copy(),
+                      saved.ahead, saved.step)
+
+    # -- seqloader's verbs (loader/verbs.py) ---------------------------------------------------
+
+    def _verbs(self) -> Verbs:
+        return Verbs(self, self._reading, self._epochs)
+
+    @documented(Verbs.set_epoch)
+    def set_epoch(self, epoch: int) -> None:
+        self._verbs().set_epoch(epoch)
+
+    @documented(Verbs.indices_at)
+    def indices_at(self, epoch: int, step: int, rank: Optional[int] = None, world_size: Optional[int] = None) -> Any:
+        return self._verbs().indices_at(epoch, step, rank, world_size)
+
+    @documented(Verbs.set_weights)
+    def set_weights(self, weights: Sequence[float], at_step: Optional[int] = None) -> None:
+        self._verbs().set_weights(weights, at_step)
+
+    @documented(Verbs.skip)
+    def skip(self, indices: Optional[Iterable[int]] = None, steps: Any = None) -> None:
+        self._verbs().skip(indices, steps)
+
+    @documented(Verbs.state_at)
+    def state_at(self, epoch: int, step: int, world_size: Optional[int] = None) -> dict:
+        return self._verbs().state_at(epoch, step, world_size)
 
 
 #: torchdata's name for the same thing.
 StatefulDataLoader = DataLoader
-

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch.utils.data
 
-__all__ = ["forwarding_sampler"]
+__all__ = ["forwarding_sampler", "install_forwarding_sampler"]
 
 
 class _ForwardsEpoch:
@@ -81,3 +81,25 @@ def forwarding_sampler(sampler: Any, loader: Any) -> Any:
     forwarding.__dict__.update(sampler.__dict__)
     forwarding._loader = weakref.ref(loader)
     return forwarding
+
+
+def install_forwarding_sampler(loader: Any) -> None:
+    """Put :func:`forwarding_sampler` of ``loader``'s default sampler in both places torch keeps it.
+
+    torch forbids assigning ``.sampler`` after ``__init__``, and the copy is the same sampler, so it
+    is set underneath (``object.__setattr__``: Lightning, which records attributes set after
+    ``__init__``, does not see it), and as its ``batch_sampler``'s ``sampler``.
+
+    Example:
+        >>> loader = torch.utils.data.DataLoader(range(3), batch_size=2)
+        >>> install_forwarding_sampler(loader)
+        >>> type(loader.sampler).__name__, loader.batch_sampler.sampler is loader.sampler
+        ('LoaderSequentialSampler', True)
+        >>> loader = torch.utils.data.DataLoader(range(3), batch_size=None)  # no batch_sampler
+        >>> install_forwarding_sampler(loader); loader.batch_sampler is None
+        True
+    """
+    default = forwarding_sampler(loader.sampler, loader)
+    object.__setattr__(loader, "sampler", default)
+    if loader.batch_sampler is not None:  # batch_size=None has none
+        loader.batch_sampler.sampler = default

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from seqloader.loader.iterator import LoaderIterator, Opened
-from seqloader.loader.progress import Progress
+from seqloader.loader.progress import EPOCH, NONE, Progress
 from seqloader.loader.stats import LoaderStats
 
 __all__ = ["MapIterator", "Reopen"]
@@ -50,7 +50,7 @@ class MapIterator(LoaderIterator):
 
     @staticmethod
     def _remaining(opened: Opened) -> int:
-        return len(opened.seq) - opened.mark.low - len(opened.mark.above)  # the mark counts from 0
+        return len(opened.seq) - opened.watermark.low - len(opened.watermark.above)  # it counts from 0
 
     def __len__(self) -> int:
         return len(self._opened.seq)
@@ -71,11 +71,14 @@ class MapIterator(LoaderIterator):
         progress = self._progress
         if not self._settled:
             self._settle()
-        elif progress.epoch != self._opened.epoch:  # set_epoch() moved on after this epoch's last batch
-            self._finish()
-            raise StopIteration
-        elif progress.recipe_changes != self._opened.recipe_changes:  # weights or skips changed: flush
-            self._swap(self._reopen(self._opened, self._left == 0, False))
+        else:
+            change = progress.mark().since(self._opened.mark)
+            if change is not NONE:
+                if change is EPOCH:  # set_epoch() moved on after this epoch's last batch
+                    self._finish()
+                    raise StopIteration
+                # RECIPE: what the epoch reads changed: drop the read-ahead, read on from the frontier
+                self._swap(self._reopen(self._opened, self._left == 0, False))
         if self._left == 0:  # the epoch is over (or was empty)
             self._finish()
             progress.end_epoch()
@@ -93,10 +96,10 @@ class MapIterator(LoaderIterator):
             return
         self._left -= 1
         opened = self._opened
-        mark = opened.mark
-        mark.consume(b)
+        watermark = opened.watermark
+        watermark.consume(b)
         seq = opened.seq
-        position = opened.start if mark.low == 0 else seq.end_position(mark.low - 1)
-        above = mark.above
+        position = opened.start if watermark.low == 0 else seq.end_position(watermark.low - 1)
+        above = watermark.above
         self._progress.advance(position, tuple(sorted(seq.key(k) for k in above)) if above else (),
-                               opened.step + mark.low)
+                               opened.step + watermark.low)

@@ -1,6 +1,6 @@
 """The batches of one epoch as a lazy sequence: seed the global RNGs, fetch, collate.
 
-``EpochBatches[b]`` is batch ``b`` of an epoch plan (``seqloader.loader.plans``). It is a pure
+``EpochBatches[b]`` is batch ``b`` of an epoch plan (``seqloader.orders.plans``). It is a pure
 function of ``(dataset, plan, seed, epoch, b)``: right before the dataset is read, ``random``,
 ``numpy.random`` and torch's generator are seeded from ``(seed, epoch, key)`` where ``key`` is the
 global position of the batch's first sample. Whichever process computes it (the main process
@@ -75,8 +75,8 @@ class EpochBatches(LazySequence):
     """Batch ``b`` of ``plan`` read from ``dataset`` (see the module docstring).
 
     Example:
-        >>> from seqloader.loader.plans import OrderPlan
-        >>> from seqloader.loader.orders import RangeOrder
+        >>> from seqloader.orders.plans import OrderPlan
+        >>> from seqloader.orders.orders import RangeOrder
         >>> from torch.utils.data import default_collate
         >>> seq = EpochBatches(list(range(10, 20)), OrderPlan(RangeOrder(10), 0, 4, False),
         ...                    default_collate, seed=0, epoch=0)

@@ -45,9 +45,9 @@ class IterableIterator(LoaderIterator):
         """Item ``i`` was consumed: move the watermark and the progress."""
         if i is None:
             return
-        mark = self._opened.mark
-        mark.consume(i)
-        self._progress.advance(mark.low, tuple(sorted(mark.above)) if mark.above else ())
+        watermark = self._opened.watermark
+        watermark.consume(i)
+        self._progress.advance(watermark.low, tuple(sorted(watermark.above)) if watermark.above else ())
 
     def _next(self) -> Any:
         progress = self._progress

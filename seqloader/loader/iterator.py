@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from seqloader.loader.fetch import EpochBatches
 from seqloader.loader.global_rngs import Snapshot
-from seqloader.loader.progress import Progress
+from seqloader.loader.progress import Mark, Progress
 from seqloader.loader.stats import LoaderStats
 from seqloader.loader.torch_compat import open_files_error, pin, poison_error, worker_error
 from seqloader.loader.watermark import Watermark
@@ -57,8 +57,8 @@ def describe_batch(seq: Any, b: int) -> str:
     its dataset indices (the prefetcher's ``describe``: the heal warning, a dead worker, a timeout).
 
     Example:
-        >>> from seqloader.loader.plans import OrderPlan
-        >>> from seqloader.loader.orders import RangeOrder
+        >>> from seqloader.orders.plans import OrderPlan
+        >>> from seqloader.orders.orders import RangeOrder
         >>> seq = EpochBatches(list(range(10)), OrderPlan(RangeOrder(10), 0, 4, False), list, seed=0, epoch=0)
         >>> describe_batch(seq, 2), describe_batch(object(), 2)
         ('batch 2 (dataset indices [8, 9])', 'batch 2')
@@ -118,23 +118,22 @@ class Opened:
         source: ``seq`` itself (read in this process) or the workers' ``Prefetch`` over it.
         owned: the iterator closes ``source`` when it is done (not the loader's persistent workers).
         unordered: items are taken as they complete (``in_order=False`` with workers).
-        epoch, start, ahead: the progress this was opened at (epoch, sample position, keys
-            yielded past it).
-        mark: the items of ``seq`` consumed so far (a watermark and those consumed past it).
+        mark: the epoch and the version of what it reads when this was opened (:meth:`Progress.mark
+            <seqloader.loader.progress.Progress.mark>`): it is stale when
+            ``progress.mark().since(opened.mark)`` is not ``Change.NONE``.
+        start: the sample position this was opened at.
+        watermark: the items of ``seq`` consumed so far (a watermark and those consumed past it).
         step: the global step of item 0 (map-style: the batch at ``start``).
-        recipe_changes: the progress's count of recipe changes when this was opened.
     """
 
     seq: Any
     source: Any
     owned: bool
     unordered: bool
-    epoch: int
+    mark: Mark
     start: int
-    ahead: tuple[int, ...]
-    mark: Watermark
+    watermark: Watermark
     step: int = 0
-    recipe_changes: int = 0
 
 
 class LoaderIterator:
@@ -192,7 +191,7 @@ class LoaderIterator:
         """The next item of the opened sequence, ``(index, value)``: the watermark's (in order) or
         the first to complete; consumed whether it returned or raised its own error."""
         opened = self._opened
-        low = opened.mark.low
+        low = opened.watermark.low
         if opened.source is opened.seq:  # this process: the caller's global RNG states are kept
             snapshot = Snapshot()
             try:

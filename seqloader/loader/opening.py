@@ -4,9 +4,12 @@
 :class:`~seqloader.loader.iterator.Opened` epoch: the lazy sequence of the epoch's rest (the
 recipe's batches, or an ``IterableDataset``'s streams), read from this process or from the
 workers (started here: like torch, a failing ``worker_init_fn`` raises at ``iter()``), with the
-items already yielded out of order (``ahead``) skipped. They read the loader's public settings
-only (:class:`Settings`); the loader passes its progress, workers and stats. A stream epoch also
-gets a :class:`StreamRespawn`: what the replacement of a dead worker reads
+items already yielded out of order (``ahead``) skipped, and :func:`new_iterator` is ``iter(loader)``
+around them. They read the loader's public settings only
+(:class:`~seqloader.loader.reading.Settings`); the loader passes its parts (reading, epochs and
+progress, workers, stats). :class:`Reopen` is a map-style iterator's one ``reopen`` callable: the
+epoch to read instead of the opened one after a ``set_epoch`` or a recipe change. A stream epoch
+also gets a :class:`StreamRespawn`: what the replacement of a dead worker reads
 (``max_worker_restarts``), its stream rebuilt from the progress as a resume rebuilds it.
 """
 
@@ -14,44 +17,22 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional
 
-from seqloader.loader.iterator import Opened
-from seqloader.loader.progress import Progress
-from seqloader.loader.recipe import Recipe
+from seqloader.loader.epoch import MapIterator
+from seqloader.loader.iterable import IterableIterator
+from seqloader.loader.iterator import Opened, read_window
+from seqloader.loader.progress import Change, EpochControl, Progress
+from seqloader.loader.reading import Reading, Settings, epoch_batches
 from seqloader.loader.stats import LoaderStats
 from seqloader.loader.streams import StreamBatches
+from seqloader.loader.torch_compat import pin_device
 from seqloader.loader.watermark import Watermark
 from seqloader.loader.workers import Workers
 
-__all__ = ["Settings", "StreamRespawn", "epoch_batches", "open_map_epoch", "open_stream_epoch"]
+__all__ = ["Reopen", "StreamRespawn", "new_iterator", "open_map_epoch", "open_stream_epoch"]
 
 _log = logging.getLogger("seqloader")
-
-
-class Settings(Protocol):
-    """The loader arguments that opening an epoch reads (torch's public attributes)."""
-
-    dataset: Any
-    num_workers: int
-    worker_method: Any  # a str, or a RayWorkers
-    threads_per_worker: int
-    in_order: bool
-    batch_size: Optional[int]
-    drop_last: bool
-    collate_fn: Any
-    seed: int
-
-
-def epoch_batches(recipe: Recipe, progress: Progress) -> tuple[Any, frozenset]:
-    """The batches of the progress's epoch from its position, and those to skip (``ahead``)."""
-    seq = recipe.batches(progress.epoch, progress.position, progress.step)
-    skip = frozenset(seq.batch_of(k) for k in progress.ahead)
-    if None in skip:
-        raise ValueError(f"DataLoader: the loaded state's 'ahead' keys {list(progress.ahead)} are not all "
-                         f"batches of epoch {progress.epoch} from position {progress.position}; the state "
-                         "is corrupt or was saved for a different loader")
-    return seq, skip
 
 
 class StreamRespawn:
@@ -99,16 +80,49 @@ def _opened(loader: Settings, progress: Progress, workers: Workers, stats: Loade
         if unordered:
             source.seek(mark_from, skip=skip)
     owned = source is not seq and not workers.is_persistent(source)
-    return Opened(seq, source, owned, unordered, progress.epoch, progress.position, progress.ahead,
-                  Watermark(mark_from, skip), progress.step, progress.recipe_changes)
+    return Opened(seq, source, owned, unordered, progress.mark(), progress.position, Watermark(mark_from, skip),
+                  progress.step)
 
 
-def open_map_epoch(loader: Settings, recipe: Recipe, progress: Progress, workers: Workers,
+def open_map_epoch(loader: Settings, reading: Reading, progress: Progress, workers: Workers,
                    stats: LoaderStats, reuse: Any = None) -> Opened:
-    """The progress's epoch of a map-style dataset, from its position (``reuse``: a live
-    ``Prefetch`` of the same epoch to re-target instead of starting workers)."""
-    seq, skip = epoch_batches(recipe, progress)
+    """The progress's epoch of a map-style dataset, from its position, with the recipe changes
+    pending for it placed (``reuse``: a live ``Prefetch`` of the same epoch to re-target instead
+    of starting workers)."""
+    reading.control.resolve(reading.recipe(loader))
+    seq, skip = epoch_batches(reading.recipe(loader), progress)
     return _opened(loader, progress, workers, stats, seq, skip, 0, streams=False, reuse=reuse)
+
+
+class Reopen:
+    """A map-style iterator's ``reopen(current, used_up, settle)``: the epoch to read instead of
+    ``current`` (``None``: read on), at its first ``next()`` if a ``set_epoch`` since ``iter()``
+    changed it (``settle``; or the sampler the loader follows changed its order), or after a
+    recipe change (the same workers read on from the frontier). Whether ``current`` is stale is
+    ``progress.mark().since(current.mark)`` (:class:`~seqloader.loader.progress.Mark`).
+    """
+
+    def __init__(self, loader: Settings, reading: Reading, epochs: EpochControl, workers: Workers,
+                 stats: LoaderStats):
+        self._loader, self._reading, self._epochs = loader, reading, epochs
+        self._workers, self._stats = workers, stats
+
+    def __call__(self, current: Opened, used_up: bool, settle: bool) -> Optional[Opened]:
+        progress = self._epochs.progress
+        stale = self._epochs.settle(used_up) if settle else False
+        change = progress.mark().since(current.mark)
+        if change is Change.NONE and not stale:
+            return None
+        reuse = None
+        if current.owned and not current.source.closed:
+            if change is not Change.EPOCH and not stale:
+                reuse = current.source
+            else:  # its workers (seeded for its epoch) go before new ones start
+                self._stats.refresh()
+                current.source.close()
+        opened = open_map_epoch(self._loader, self._reading, progress, self._workers, self._stats, reuse)
+        self._stats.reading(progress.epoch)
+        return opened
 
 
 def _stream_batches(fixed: tuple, start: int, resume: Optional[tuple], skip: frozenset) -> StreamBatches:
@@ -134,3 +148,23 @@ def open_stream_epoch(loader: Settings, derivation: int, progress: Progress, wor
     seq = _stream_batches(fixed, progress.position, resume, skip)
     respawn = StreamRespawn(functools.partial(_stream_batches, fixed), progress, type(loader.dataset).__name__)
     return _opened(loader, progress, workers, stats, seq, skip, progress.position, streams=True, respawn=respawn)
+
+
+def new_iterator(loader: Settings, reading: Reading, epochs: EpochControl, workers: Workers, stats: LoaderStats) -> Any:
+    """``iter(loader)`` after its checks: the progress begins (a loaded state resumes, or the next
+    epoch starts), the epoch opens (workers start), and its iterator is returned; ``loader`` is the
+    iterator's owner (kept alive with it: the loader's finalizer closes persistent workers)."""
+    progress = epochs.progress
+    device = pin_device(loader.pin_memory, loader.pin_memory_device)
+    generation = progress.begin()
+    stats.begin(progress.epoch, progress.resumed, profile=loader.profile_stages)
+    window = read_window(loader.num_workers, loader.prefetch_factor)
+    if reading.iterable:
+        opened = open_stream_epoch(loader, reading.derivation, progress, workers, stats)
+        it: Any = IterableIterator(opened, progress, generation, stats, device, loader.timeout, window, owner=loader)
+    else:
+        epochs.look()
+        it = MapIterator(open_map_epoch(loader, reading, progress, workers, stats), progress, generation, stats, device,
+                         loader.timeout, window, reopen=Reopen(loader, reading, epochs, workers, stats), owner=loader)
+    stats.opened()  # what iter() took (worker start-up) is its own line: startup_s
+    return it

@@ -2,13 +2,13 @@
 
 A :class:`Recipe` holds what decides the data (the dataset, its length, ``batch_size``,
 ``drop_last``, ``shuffle``, the seed and its derivation, and the order source: the built-in
-order, a :class:`~seqloader.shuffle_sampler.SeekableSampler`, or a user's sampler/``batch_sampler``
+order, a :class:`~seqloader.loader.shuffle_sampler.SeekableSampler`, or a user's sampler/``batch_sampler``
 read once per epoch) and nothing of how it is read (workers, pinning, progress). Everything else
 is a pure function of ``(recipe, epoch, position)`` and the rank:
 
-* :meth:`Recipe.order` -- the epoch's global order (:mod:`seqloader.loader.orders`);
+* :meth:`Recipe.order` -- the epoch's global order (:mod:`seqloader.orders.orders`);
 * :meth:`Recipe.plan` -- that order cut into this rank's batches from a sample ``position`` on
-  (:mod:`seqloader.loader.plans`);
+  (:mod:`seqloader.orders.plans`);
 * :meth:`Recipe.batches` -- the lazy sequence of those batches (seed, fetch, collate;
   :class:`~seqloader.loader.fetch.EpochBatches`);
 * :meth:`Recipe.indices_at` -- the indices of one step, computed without iterating.
@@ -29,11 +29,11 @@ from seqloader.loader import world
 from seqloader.loader.changes import RecipeChanges
 from seqloader.loader.custom_order import CustomOrder
 from seqloader.loader.fetch import EpochBatches
-from seqloader.loader.holes import HoledOrder
-from seqloader.loader.orders import Order, RangeOrder, builtin_order
-from seqloader.loader.plans import OrderPlan
+from seqloader.orders.holes import HoledOrder
+from seqloader.orders.orders import Order, RangeOrder, builtin_order
+from seqloader.orders.plans import OrderPlan
 from seqloader.loader.seeding import DERIVATION
-from seqloader.loader.steps import BatchSizes
+from seqloader.orders.steps import BatchSizes
 
 __all__ = ["Recipe"]
 

@@ -19,7 +19,7 @@ from seqloader.loader import world
 from seqloader.loader.changes import RecipeChanges, Skip, WeightChange, check_weights, skip_ranges
 from seqloader.loader.progress import Progress
 from seqloader.loader.recipe import Recipe
-from seqloader.loader.validation import INT_LIMIT
+from seqloader.loader.state import INT_LIMIT
 
 __all__ = ["RecipeControl"]
 

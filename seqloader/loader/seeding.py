@@ -20,17 +20,11 @@ import torch
 
 from seqloader.loader.global_rngs import Snapshot, reseeded
 from seqloader.loader.thread_workers import GlobalDrawProbe, current_thread_rngs
+from seqloader.orders.orders import DERIVATION  # the scheme's number lives with the orders it names
 from seqloader.rng import derive_seed, hash_seed
 
 __all__ = ["DERIVATION", "preserved_globals", "sampler_globals", "seed_globals", "torch_seed", "watch_globals"]
 
-#: How ``(seed, epoch, position)`` turn into the epoch's order and the global-RNG seeds; saved in
-#: the loader's state (``"derivation"``) so that a state resumes with the scheme it was saved
-#: with. 1 (seqloader 0.1): a numpy permutation per epoch; batch seeds from ``derive_seed``, torch
-#: seeded with the full 64-bit seed. 2: a Feistel bijection per epoch (O(1) memory and seek);
-#: batch seeds from ``hash_seed`` (~1 µs); torch seeded with the top 63 bits, so
-#: ``torch.initial_seed()`` fits a signed 64-bit int as it does under torch's loader.
-DERIVATION = 2
 
 _C_SEED = random.Random.__mro__[1].seed  # type: ignore[attr-defined]  # _random.Random.seed, under random.Random.seed
 

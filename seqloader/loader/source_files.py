@@ -17,8 +17,7 @@ from typing import Any, Optional
 import torch.utils.data
 
 from seqloader.loader.sources_walk import find_sources
-from seqloader.loader.state import LEGACY_FINGERPRINT
-from seqloader.loader.validation import STAGE
+from seqloader.loader.state import LEGACY_FINGERPRINT, STAGE
 
 __all__ = ["OVERRIDE", "check_pipeline_files", "describe_pipeline", "pipeline_sources"]
 

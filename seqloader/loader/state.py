@@ -1,5 +1,12 @@
 """The loader's resume state: the one module that builds, reads, validates and migrates it.
 
+One concept, the state's format: :class:`LoaderState` (its keys, versions and migrations), the
+value checks of every key (every int below ``2**63``: :func:`check_int_in`, formerly
+``validation.py``) and :class:`IterableState`, the entry of each worker stream of an
+``IterableDataset`` (formerly ``stream_state.py``), which are parts of that format. How a state
+meets a loader (built from its parts, checked against them, loaded into them) is another concept:
+:mod:`seqloader.loader.saving`.
+
 A state is a small dict of JSON types (see ``docs/design.md``, "Loader state: format and versions")::
 
     {"format": "seqloader.DataLoader", "version": 4, "seed": 1234, "epoch": 2,
@@ -8,52 +15,177 @@ A state is a small dict of JSON types (see ``docs/design.md``, "Loader state: fo
      "sampler_epoch": None, "sampler": None, "dataset": None, "iterable": None,
      "recipe": None, "files": [], "saved_with": {"num_workers": 4, "world_size": 8}}
 
-``position`` counts samples of the epoch's *global* order already yielded (all ranks together);
-after the last batch of an epoch (before ``StopIteration``) it is the epoch's end, and a resumed
-iterator yields nothing more of that epoch. With ``in_order=False`` it is the *watermark* (every
-batch before it has been yielded) and ``ahead`` lists the keys (global position of the first
-sample) of the few batches already yielded beyond it, at most the in-flight window; else ``[]``. ``derivation`` names how ``(seed, epoch, position)``
-turn into the order and the global-RNG seeds (``seqloader/loader/seeding.py``); a loaded state
-keeps its own, so version-1 states (derivation 1) resume exactly as seqloader 0.1 would have.
-``step`` is the global step (batches yielded since the first epoch, on every rank alike) of the batch
-at ``position``: what a batch-size schedule and changes keyed by step read.
-``sampler_epoch`` is the ``epoch`` attribute of a custom sampler with ``set_epoch`` (such as a
-``DistributedSampler``) when the epoch's indices were read, so the resumed epoch reads the same
-order whether the framework calls ``set_epoch`` before or after ``iter()``.
-``sampler_len`` is ``len()`` of a custom ``sampler``/``batch_sampler`` (``None`` for the built-in
-orders or a sampler without ``__len__``): a custom sampler's positions mean something only for the
-same sampler, so a different length (say a ``DistributedSampler`` under another world size) is
-refused instead of resuming misaligned.
-``sampler`` and ``dataset`` are the verbatim ``state_dict()`` of a user sampler or dataset that has
-one (torchdata's ``Stateful`` protocol), else ``None``: the dict is JSON-serialisable exactly when
-those sub-states are. ``iterable`` is ``None`` for map-style datasets; for an ``IterableDataset`` it
-holds one entry per worker stream (see :class:`~seqloader.loader.stream_state.IterableState`).
-``recipe`` is ``None`` until the recipe changes during the run, then the changes (see
-:mod:`seqloader.loader.changes`): mixture weights as ``[step, epoch, position, weights]`` and
-skipped samples as ``[epoch, position, kind, ranges]``, O(number of changes). ``files`` lists
-the small fingerprint of the file list of every source in the pipeline, in pipeline order
-(``[{"files": n, "fingerprint": hex, ...}, ...]``, see :mod:`seqloader.loader.sources_walk`):
-``[]`` when it reads no source, ``None`` when the state comes from a version that did not record
-them (it is then not checked). ``saved_with`` is informational: loading reads only its
-``world_size``, to bound ``position`` after a padded last round.
+Every key is described in that section's table. In short: ``position`` counts samples of the
+epoch's *global* order already yielded (all ranks together; with ``in_order=False`` it is the
+watermark, and ``ahead`` lists the keys of the few batches yielded beyond it); ``step`` is the
+global step of the batch at ``position``; ``derivation`` names how ``(seed, epoch, position)``
+turn into the order and the global-RNG seeds (:data:`~seqloader.orders.orders.DERIVATION`; a
+loaded state keeps its own); ``sampler_len``, ``sampler_epoch``, ``sampler`` and ``dataset``
+describe a user's sampler and dataset (their verbatim ``state_dict()`` when they have one);
+``iterable`` holds one :class:`IterableState` entry per worker stream of an ``IterableDataset``;
+``recipe`` the run's changes (:mod:`seqloader.loader.changes`); ``files`` the fingerprint of the
+file list of every source in the pipeline; ``saved_with`` is informational.
 
 :meth:`LoaderState.from_dict` validates everything (types, format, version, and every int within
-``[0, 2**63)``: :mod:`seqloader.loader.validation`) and upgrades old versions one step at a time
+``[0, 2**63)``: :func:`check_int_in`) and upgrades old versions one step at a time
 through :data:`_MIGRATIONS`;
-:func:`~seqloader.loader.state_checks.check_matches` compares a loaded state with the loader it is
+:func:`~seqloader.loader.saving.check_matches` compares a loaded state with the loader it is
 loaded into. Neither mutates anything.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import reprlib
 from typing import Any, Callable, Optional
 
-from seqloader.loader.validation import STAGE as _STAGE, check_int_in as _check_int, check_value as _check, \
-    is_int as _is_int, is_int_in as _is_int_in
-from seqloader.loader.stream_state import IterableState
+__all__ = ["FORMAT", "INT_LIMIT", "KEYS", "STAGE", "VERSION", "IterableState", "LoaderState", "check_int_in",
+           "check_value", "is_int", "is_int_in", "is_stateful", "shown"]
 
-__all__ = ["FORMAT", "VERSION", "KEYS", "IterableState", "LoaderState", "is_stateful"]
+# -- the value checks of a state ------------------------------------------------------------------
+
+#: The stage named in every error of a state that cannot be loaded.
+STAGE = "load_state_dict"
+#: Every int of a state is below this bound (int64).
+INT_LIMIT = 2**63
+
+_short = reprlib.Repr()
+_short.maxlist = _short.maxdict = _short.maxtuple = 8
+_short.maxstring = _short.maxother = 120
+_short.maxlevel = 4
+
+
+def is_int(v: Any) -> bool:
+    """An int that is not a bool."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_int_in(v: Any, low: int = 0) -> bool:
+    """An int (not a bool) in ``[low, 2**63)``.
+
+    Example:
+        >>> is_int_in(3), is_int_in(-1), is_int_in(2**63), is_int_in(-1, low=-2**63), is_int_in(True)
+        (True, False, False, True, False)
+    """
+    return is_int(v) and low <= v < INT_LIMIT
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for a message, cut short (long lists, deep nesting, ints of thousands of digits).
+
+    Example:
+        >>> shown(10**30), shown(10**5000), shown(list(range(100)))
+        ('1000000000000000000000000000000', 'an int of 16610 bits', '[0, 1, 2, 3, 4, 5, 6, 7, ...]')
+    """
+    if is_int(value) and value.bit_length() > 128:
+        return f"an int of {value.bit_length()} bits"
+    try:
+        return _short.repr(value)
+    except Exception:  # a huge int nested in a list, a __repr__ that raises
+        return f"a {type(value).__name__}"
+
+
+def check_value(cond: bool, key: str, value: Any, expected: str) -> None:
+    """``ValueError: load_state_dict: '<key>' must be <expected> (got <value>)`` unless ``cond``."""
+    if not cond:
+        raise ValueError(f"{STAGE}: {key!r} must be {expected} (got {shown(value)})")
+
+
+def check_int_in(key: str, value: Any, low: int = 0, none_ok: bool = False) -> None:
+    """``value`` is an int in ``[low, 2**63)`` (or ``None`` when ``none_ok``), else ``ValueError``
+    naming ``key``.
+
+    Example:
+        >>> check_int_in("epoch", 3); check_int_in("epoch", 10**30)
+        Traceback (most recent call last):
+        ValueError: load_state_dict: 'epoch' must be a non-negative int < 2**63 (got 1000000000000000000000000000000)
+    """
+    if none_ok and value is None:
+        return
+    what = {0: "a non-negative int", 1: "a positive int"}.get(low, f"an int >= {low}")
+    check_value(is_int_in(value, low), key, value, ("None or " if none_ok else "") + what + " < 2**63")
+
+
+# -- the streams of an IterableDataset --------------------------------------------------------------
+
+@dataclasses.dataclass
+class IterableState:
+    """Where each worker stream of an ``IterableDataset`` stands (mutable: iterators update it).
+
+    Batch ``i`` of an epoch is read from stream ``i % len(workers)`` (torch's round-robin); the
+    loader's ``position`` is the next ``i``. Each stream's ``state`` is
+    ``{"dataset": <dataset.state_dict()>, "iterator": <iter(dataset).state_dict()>}`` (either may
+    be ``None``; the iterator's when ``__iter__`` returns ``self``) taken after its latest batch,
+    or ``None`` when neither has a ``state_dict``.
+
+    Attributes:
+        workers: one dict per stream (one stream at ``num_workers=0``), each
+            ``{"batches": int, "state": dict or None, "exhausted": bool}``.
+
+    Example:
+        >>> s = IterableState.fresh(2); s.record(0, batches=1, state={"dataset": {"i": 4}, "iterator": None})
+        >>> s.to_dict()["workers"][0]
+        {'batches': 1, 'state': {'dataset': {'i': 4}, 'iterator': None}, 'exhausted': False}
+        >>> IterableState.from_dict(s.to_dict()) == s, s.started
+        (True, True)
+    """
+
+    workers: list[dict[str, Any]]
+
+    @classmethod
+    def fresh(cls, streams: int) -> "IterableState":
+        """The state before any batch of ``streams`` worker streams."""
+        return cls([{"batches": 0, "state": None, "exhausted": False} for _ in range(streams)])
+
+    @property
+    def started(self) -> bool:
+        """Whether any stream has yielded a batch or ended."""
+        return any(w["batches"] or w["exhausted"] for w in self.workers)
+
+    def record(self, worker: int, batches: int, state: Any) -> None:
+        """Stream ``worker`` has yielded ``batches`` batches, after which its state is ``state``."""
+        w = self.workers[worker]
+        w["batches"], w["state"] = batches, state
+
+    def mark_exhausted(self, worker: int, state: Any) -> None:
+        """Stream ``worker`` has ended, its final state being ``state``."""
+        w = self.workers[worker]
+        w["exhausted"], w["state"] = True, state
+
+    def carried(self) -> "IterableState":
+        """The next epoch's start when the same dataset objects go on (persistent workers, or
+        ``num_workers=0``): no batch yet, each stream's latest state kept for a resume."""
+        return IterableState([{"batches": 0, "state": copy.deepcopy(w["state"]), "exhausted": False}
+                              for w in self.workers])
+
+    def copy(self) -> "IterableState":
+        """An independent copy (sub-states deep-copied)."""
+        return IterableState(copy.deepcopy(self.workers))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workers": [dict(w) for w in self.workers]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "IterableState":
+        check_value(isinstance(d, dict) and set(d) == {"workers"}, "iterable", d,
+                    "None or a dict with the key 'workers'")
+        workers = d["workers"]
+        check_value(isinstance(workers, list) and len(workers) > 0, "iterable.workers", workers,
+                    "a non-empty list")
+        for w in workers:
+            check_value(isinstance(w, dict) and set(w) == {"batches", "state", "exhausted"},
+                        "iterable.workers[]", w, "a dict with keys 'batches', 'state', 'exhausted'")
+            check_int_in("iterable.workers[].batches", w["batches"])
+            check_value(isinstance(w["exhausted"], bool), "iterable.workers[].exhausted", w["exhausted"],
+                        "a bool")
+            check_value(w["state"] is None or isinstance(w["state"], dict) and set(w["state"]) == {"dataset", "iterator"},
+                        "iterable.workers[].state", w["state"], "None or a dict with keys 'dataset', 'iterator'")
+        return cls(copy.deepcopy(workers))
+
+
+# -- the format ------------------------------------------------------------------------------------
+
 
 #: The value of the ``"format"`` key.
 FORMAT = "seqloader.DataLoader"
@@ -97,7 +229,7 @@ def is_stateful(obj: Any) -> bool:
 
 def _migrate_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
     if d.get("iterable") is not None:
-        raise ValueError(f"{_STAGE}: this version-1 state_dict was saved for an IterableDataset, which "
+        raise ValueError(f"{STAGE}: this version-1 state_dict was saved for an IterableDataset, which "
                          "seqloader 0.1 read on torch's workers with other random streams and stream "
                          "states; it cannot be resumed exactly by this version (restart the epoch, or "
                          "finish it with seqloader 0.1)")
@@ -109,9 +241,9 @@ def _migrate_2_to_3(d: dict[str, Any]) -> dict[str, Any]:
     saved_with = d.get("saved_with")
     world = saved_with.get("world_size", 1) if isinstance(saved_with, dict) else 1
     batch_size: Any = d.get("batch_size")
-    per_step = (batch_size if _is_int_in(batch_size, 1) else 1) * (world if _is_int_in(world, 1) else 1)
+    per_step = (batch_size if is_int_in(batch_size, 1) else 1) * (world if is_int_in(world, 1) else 1)
     position = d.get("position", 0)
-    step = position // per_step if _is_int_in(position) else 0
+    step = position // per_step if is_int_in(position) else 0
     return {**d, "version": 3, "step": step, "recipe": None, "files": None}
 
 
@@ -131,16 +263,16 @@ DESCRIPTION_KEYS = ({"files", "fingerprint"}, {"files", "fingerprint", "chunk", 
 def _check_description(key: str, d: Any) -> None:
     """One entry of ``files``: the keys of a description, with values of the right types."""
     must, may = DESCRIPTION_KEYS
-    _check(isinstance(d, dict) and must <= set(d) <= may, key, d,
-           f"a dict with the keys {sorted(must)} (and {sorted(may - must)})")
-    _check_int(f"{key}.files", d["files"])
-    _check(isinstance(d["fingerprint"], str) and len(d["fingerprint"]) <= 128, f"{key}.fingerprint",
-           d["fingerprint"], "a str of hex digits")
+    check_value(isinstance(d, dict) and must <= set(d) <= may, key, d,
+                f"a dict with the keys {sorted(must)} (and {sorted(may - must)})")
+    check_int_in(f"{key}.files", d["files"])
+    check_value(isinstance(d["fingerprint"], str) and len(d["fingerprint"]) <= 128, f"{key}.fingerprint",
+                d["fingerprint"], "a str of hex digits")
     if "chunk" in d:
-        _check_int(f"{key}.chunk", d["chunk"], low=1)
+        check_int_in(f"{key}.chunk", d["chunk"], low=1)
     if "chunks" in d:
-        _check(isinstance(d["chunks"], list) and all(isinstance(c, str) for c in d["chunks"]), f"{key}.chunks",
-               d["chunks"], "a list of str")
+        check_value(isinstance(d["chunks"], list) and all(isinstance(c, str) for c in d["chunks"]), f"{key}.chunks",
+                    d["chunks"], "a list of str")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,14 +333,14 @@ class LoaderState:
                 (the message names the key and the value).
         """
         if not isinstance(d, dict):
-            raise TypeError(f"{_STAGE}: expected a dict (got {type(d).__name__})")
+            raise TypeError(f"{STAGE}: expected a dict (got {type(d).__name__})")
         if d.get("format") != FORMAT:
-            raise ValueError(f"{_STAGE}: unknown format {d.get('format')!r} (expected {FORMAT!r}); "
+            raise ValueError(f"{STAGE}: unknown format {d.get('format')!r} (expected {FORMAT!r}); "
                              "this is not a seqloader.DataLoader state_dict")
         version: Any = d.get("version")  # unvalidated until the _check below
-        _check_int("version", version, low=1)
+        check_int_in("version", version, low=1)
         if version > VERSION:
-            raise ValueError(f"{_STAGE}: this state_dict has version {version}, newer than this "
+            raise ValueError(f"{STAGE}: this state_dict has version {version}, newer than this "
                              f"seqloader's version {VERSION}; upgrade seqloader to load it")
         while version < VERSION:
             d = _MIGRATIONS[version](d)
@@ -216,30 +348,30 @@ class LoaderState:
         missing = [k for k in KEYS if k not in d]
         unknown = sorted(k for k in d if k not in KEYS)
         if missing or unknown:
-            raise ValueError(f"{_STAGE}: malformed state_dict (missing keys {missing}, unknown keys "
+            raise ValueError(f"{STAGE}: malformed state_dict (missing keys {missing}, unknown keys "
                              f"{unknown})")
-        _check(_is_int(d["seed"]) and 0 <= d["seed"] < 2**64, "seed", d["seed"], "an int in [0, 2**64)")
+        check_value(is_int(d["seed"]) and 0 <= d["seed"] < 2**64, "seed", d["seed"], "an int in [0, 2**64)")
         for key in ("epoch", "position", "step"):
-            _check_int(key, d[key])
-        _check_int("dataset_len", d["dataset_len"], none_ok=True)
-        _check_int("batch_size", d["batch_size"], low=1, none_ok=True)
-        _check_int("sampler_len", d["sampler_len"], none_ok=True)
-        _check(isinstance(d["ahead"], list), "ahead", d["ahead"], "a list of distinct ints at or after 'position'")
+            check_int_in(key, d[key])
+        check_int_in("dataset_len", d["dataset_len"], none_ok=True)
+        check_int_in("batch_size", d["batch_size"], low=1, none_ok=True)
+        check_int_in("sampler_len", d["sampler_len"], none_ok=True)
+        check_value(isinstance(d["ahead"], list), "ahead", d["ahead"], "a list of distinct ints at or after 'position'")
         for k, key in enumerate(d["ahead"]):
-            _check_int(f"ahead[{k}]", key, low=d["position"])
-        _check(len(set(d["ahead"])) == len(d["ahead"]), "ahead", d["ahead"], "a list of distinct ints")
-        _check_int("sampler_epoch", d["sampler_epoch"], low=-2**63, none_ok=True)
-        _check(d["derivation"] in DERIVATIONS and _is_int(d["derivation"]), "derivation",
-               d["derivation"], f"one of {list(DERIVATIONS)}")
+            check_int_in(f"ahead[{k}]", key, low=d["position"])
+        check_value(len(set(d["ahead"])) == len(d["ahead"]), "ahead", d["ahead"], "a list of distinct ints")
+        check_int_in("sampler_epoch", d["sampler_epoch"], low=-2**63, none_ok=True)
+        check_value(d["derivation"] in DERIVATIONS and is_int(d["derivation"]), "derivation",
+                    d["derivation"], f"one of {list(DERIVATIONS)}")
         for key in ("drop_last", "shuffle"):
-            _check(isinstance(d[key], bool), key, d[key], "a bool")
-        _check(isinstance(d["saved_with"], dict), "saved_with", d["saved_with"], "a dict")
-        _check_int("saved_with.world_size", d["saved_with"].get("world_size", 1), low=1)
-        _check_int("saved_with.num_workers", d["saved_with"].get("num_workers", 0))
-        _check(d["recipe"] is None or isinstance(d["recipe"], dict) and set(d["recipe"]) <= {"weights", "skips"},
-               "recipe", d["recipe"], "None or a dict with the keys 'weights' and/or 'skips'")
-        _check(d["files"] is None or isinstance(d["files"], list), "files", d["files"],
-               "None or a list of file-list descriptions (one per source)")
+            check_value(isinstance(d[key], bool), key, d[key], "a bool")
+        check_value(isinstance(d["saved_with"], dict), "saved_with", d["saved_with"], "a dict")
+        check_int_in("saved_with.world_size", d["saved_with"].get("world_size", 1), low=1)
+        check_int_in("saved_with.num_workers", d["saved_with"].get("num_workers", 0))
+        check_value(d["recipe"] is None or isinstance(d["recipe"], dict) and set(d["recipe"]) <= {"weights", "skips"},
+                    "recipe", d["recipe"], "None or a dict with the keys 'weights' and/or 'skips'")
+        check_value(d["files"] is None or isinstance(d["files"], list), "files", d["files"],
+                    "None or a list of file-list descriptions (one per source)")
         for k, description in enumerate(d["files"] or ()):
             _check_description(f"files[{k}]", description)
         iterable = None if d["iterable"] is None else IterableState.from_dict(d["iterable"])

@@ -1,49 +1,56 @@
 """L3: the loader's verbs beyond torch's: ``set_epoch``, ``indices_at``, ``set_weights``, ``skip``, ``state_at``.
 
-:class:`LoaderVerbs` is a base class of :class:`seqloader.DataLoader` (so the loader module keeps
-to torch's arguments, iteration and the state): each verb checks its arguments and hands the work
-to one of the loader's parts: :class:`~seqloader.loader.epoch_control.EpochControl` (epochs),
-:class:`~seqloader.loader.recipe.Recipe` (what batch ``b`` reads) and
+:class:`Verbs` is a part of :class:`seqloader.DataLoader`, built for each call from the loader's
+public settings and its parts (it holds nothing between calls): each verb checks its arguments and
+hands the work to a part: :class:`~seqloader.loader.progress.EpochControl` (epochs),
+:class:`~seqloader.loader.recipe.Recipe` (what batch ``b`` reads, built by the
+:class:`~seqloader.loader.reading.Reading`) and
 :class:`~seqloader.loader.recipe_control.RecipeControl` (changes during a run; ``docs/recipes.md``).
+The loader's methods of the same names call these and show their docstrings (:func:`documented`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 from seqloader.errors import check_nonnegative_int
 from seqloader.loader import world
-from seqloader.loader.epoch_control import EpochControl
-from seqloader.loader.recipe import Recipe
-from seqloader.loader.recipe_control import RecipeControl
+from seqloader.loader.progress import EpochControl
+from seqloader.loader.reading import Reading, Settings
+from seqloader.loader.saving import state_of
 from seqloader.loader.state import LoaderState
 
-__all__ = ["LoaderVerbs"]
+__all__ = ["Verbs", "documented"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-class LoaderVerbs:
-    """The verbs of :class:`seqloader.DataLoader` beyond torch's (see the module docstring)."""
+def documented(verb: Callable[..., Any]) -> Callable[[F], F]:
+    """Give the decorated method ``verb``'s docstring (a loader method that calls a part's verb).
 
-    # provided by DataLoader
-    _epochs: EpochControl
-    _control: RecipeControl
-    _user_sampler: Any
-    dataset: Any
-    shuffle: Optional[bool]
+    Example:
+        >>> @documented(Verbs.skip)
+        ... def skip(self, indices=None, steps=None): ...
+        >>> skip.__doc__ == Verbs.skip.__doc__, documented(lambda: None)(lambda: 0).__doc__  # none to give
+        (True, None)
+    """
+    def apply(method: F) -> F:
+        method.__doc__ = verb.__doc__
+        return method
+    return apply
 
-    def _recipe(self) -> Recipe:  # pragma: no cover - DataLoader's
-        raise NotImplementedError
 
-    @property
-    def _is_iterable(self) -> bool:  # pragma: no cover - DataLoader's
-        raise NotImplementedError
+class Verbs:
+    """The verbs of :class:`seqloader.DataLoader` beyond torch's (see the module docstring).
 
-    @property
-    def _builtin_order(self) -> bool:  # pragma: no cover - DataLoader's
-        raise NotImplementedError
+    Args:
+        loader: the loader's public settings.
+        reading: its :class:`~seqloader.loader.reading.Reading`.
+        epochs: its :class:`~seqloader.loader.progress.EpochControl` (and through it, its progress).
+    """
 
-    def state_dict(self) -> dict:  # pragma: no cover - DataLoader's
-        raise NotImplementedError
+    def __init__(self, loader: Settings, reading: Reading, epochs: EpochControl):
+        self._loader, self._reading, self._epochs = loader, reading, epochs
 
     def set_epoch(self, epoch: int) -> None:
         """Say which epoch the loader reads, as ``DistributedSampler.set_epoch`` does for a sampler.
@@ -83,7 +90,8 @@ class LoaderVerbs:
         epoch = check_nonnegative_int("DataLoader.set_epoch", "epoch", epoch)
         if epoch >= 2**63:
             raise ValueError(f"DataLoader.set_epoch: epoch must be < 2**63 (got {epoch})")
-        self._epochs.set_epoch(epoch)
+        loader, reading, progress = self._loader, self._reading, self._epochs.progress
+        self._epochs.set_epoch(epoch, lambda: reading.used_up(loader, progress))
 
     def indices_at(self, epoch: int, step: int, rank: Optional[int] = None,
                    world_size: Optional[int] = None) -> Any:
@@ -121,10 +129,10 @@ class LoaderVerbs:
             Traceback (most recent call last):
             ValueError: DataLoader.indices_at: rank 3 out of range [0, 2) (world_size=2); a rank is a process of the world
         """
-        if self._is_iterable:
+        if self._reading.iterable:
             raise TypeError("DataLoader.indices_at: an IterableDataset's streams decide their items; "
                             "indices exist for map-style datasets only")
-        return self._recipe().indices_at(epoch, step, rank, world_size)
+        return self._reading.recipe(self._loader).indices_at(epoch, step, rank, world_size)
 
     def set_weights(self, weights: Sequence[float], at_step: Optional[int] = None) -> None:
         """Change a mixture's weights from the next batch returned (or from global step ``at_step``).
@@ -163,15 +171,16 @@ class LoaderVerbs:
             >>> next(it).tolist()
             [106, 107, 108, 109]
         """
-        target = self._user_sampler if callable(getattr(self._user_sampler, "reweight", None)) else self.dataset
-        if target is self.dataset:
-            if not callable(getattr(self.dataset, "with_changes", None)):
+        reading, dataset = self._reading, self._loader.dataset
+        target = reading.sampler if callable(getattr(reading.sampler, "reweight", None)) else dataset
+        if target is dataset:
+            if not callable(getattr(dataset, "with_changes", None)):
                 raise TypeError("DataLoader.set_weights: the dataset is not a mixture (seqloader.mix) and the "
-                                f"sampler has no weights (got {type(self.dataset).__name__})")
-            if self.shuffle or not self._builtin_order or self._user_sampler is not None:
+                                f"sampler has no weights (got {type(dataset).__name__})")
+            if self._loader.shuffle or not reading.builtin or reading.sampler is not None:
                 raise ValueError("DataLoader.set_weights: a mixture whose weights change is read in its own order; "
                                  "build the loader with shuffle=False and no sampler (mix(..., seed=) shuffles)")
-        self._control.set_weights(self._recipe(), target, weights, at_step)
+        reading.control.set_weights(reading.recipe(self._loader), target, weights, at_step)
 
     def skip(self, indices: Optional[Iterable[int]] = None, steps: Any = None) -> None:
         """Skip samples from the next batch returned on: dataset ``indices`` (in this and every
@@ -201,10 +210,10 @@ class LoaderVerbs:
             Traceback (most recent call last):
             ValueError: DataLoader.skip: indices holds 10, outside [0, 10) (the dataset's indices)
         """
-        if self._is_iterable or not self._builtin_order:
+        if self._reading.iterable or not self._reading.builtin:
             raise TypeError("DataLoader.skip: skipping needs the loader's own order (a map-style dataset with "
                             "shuffle=True/False or a seekable sampler), not a custom sampler or an IterableDataset")
-        self._control.skip(self._recipe(), indices, steps)
+        self._reading.control.skip(self._reading.recipe(self._loader), indices, steps)
 
     def state_at(self, epoch: int, step: int, world_size: Optional[int] = None) -> dict:
         """The state this loader would have after ``step`` batches of ``epoch`` on every rank: what
@@ -235,12 +244,13 @@ class LoaderVerbs:
             Traceback (most recent call last):
             IndexError: DataLoader.state_at: step 6 out of range [0, 6) of epoch 1 (rank 0 of 1)
         """
-        if self._is_iterable or not self._builtin_order:
+        if self._reading.iterable or not self._reading.builtin:
             raise TypeError("DataLoader.state_at: a state from (epoch, step) needs the loader's own order "
                             "(a map-style dataset, no custom sampler)")
-        recipe = self._recipe()
+        recipe = self._reading.recipe(self._loader)
         size = world.current_world()[1] if world_size is None else world_size
         _, step = recipe.step_plan("DataLoader.state_at", epoch, step, 0, size, after=True)
         position = min(recipe.position_of_step(step, 0, 0, size), recipe.order(epoch).n)
-        return LoaderState.from_dict({**self.state_dict(), "epoch": epoch, "position": position, "ahead": [],
+        now = state_of(self._loader, self._reading, self._epochs.progress).to_dict()
+        return LoaderState.from_dict({**now, "epoch": epoch, "position": position, "ahead": [],
                                       "step": step}).to_dict()

@@ -75,6 +75,8 @@ def callable_digest(f: Callable[..., Any]) -> str:
         True
         >>> callable_digest(lambda x: x > 1) == callable_digest(lambda x: x > 2)
         False
+        >>> callable_digest(len) == callable_digest(len) != callable_digest(abs)   # builtins: by name
+        True
     """
     h = hashlib.sha256(f"{getattr(f, '__module__', '')}.{fname(f)}".encode())
     if isinstance(f, functools.partial):
@@ -87,8 +89,9 @@ def callable_digest(f: Callable[..., Any]) -> str:
     elif isinstance(f, types.MethodType):
         h.update(callable_digest(f.__func__).encode())
         h.update(_describe_any(f.__self__, True).encode())
-    else:  # a builtin, a class, an object with __call__: its pickled form
-        h.update(_describe_any(f, True).encode())
+    else:  # a builtin, a class, an object with __call__: its pickled form, as the root (else a
+        # builtin is handed back to callable_digest by persistent_id, without end: RecursionError)
+        h.update(_describe_any(f, True, root=f).encode())
     return h.hexdigest()[:32]
 
 

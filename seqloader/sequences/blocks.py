@@ -1,7 +1,7 @@
 """``block_shuffle``: a locality-aware shuffle that reads contiguous blocks of its input.
 
 An :class:`~seqloader.sequences.base.IndexMap` over
-:class:`seqloader.block_permutation.BlockPermutation` (the definition, the tail rule of lanes and
+:class:`seqloader.orders.block_permutation.BlockPermutation` (the definition, the tail rule of lanes and
 the costs are in that module's docstring): blocks (Parquet row groups, tar shards) are taken in
 a keyed random order and rows are mixed within windows of ``window`` consecutive blocks, so a
 reader decodes about ``window`` blocks at a time instead of one row from everywhere.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence, TypeVar
 
-from seqloader.block_permutation import BlockPermutation, check_block_ends, check_window
+from seqloader.orders.block_permutation import BlockPermutation, check_block_ends, check_window
 from seqloader.errors import check_positive_int
 from seqloader.rng import check_seed
 from seqloader.sequences._util import check_sequence
@@ -64,7 +64,7 @@ def block_shuffle(seq: Sequence[T], blocks: Any, *, window: int | None, seed: in
                   chunk: int = 1) -> LazySequence[T]:
     """A shuffle of ``seq`` that keeps reads within a few contiguous blocks at a time.
 
-    Item ``i`` is ``seq[P(i)]`` with ``P`` a :class:`~seqloader.block_permutation.BlockPermutation`:
+    Item ``i`` is ``seq[P(i)]`` with ``P`` a :class:`~seqloader.orders.block_permutation.BlockPermutation`:
     the blocks are taken in a keyed random order, and rows are mixed within each window of
     ``window`` consecutive (permuted) blocks. With ``lanes=num_workers`` and
     ``chunk=batch_size``, batch ``b`` only reads the blocks of lane ``b % num_workers``, a

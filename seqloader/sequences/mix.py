@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from seqloader.errors import check_nonnegative_int
-from seqloader.permutation import MAX_N, FeistelPermutation
+from seqloader.orders.permutation import MAX_N, FeistelPermutation
 from seqloader.rng import check_seed, derive_seed
 from seqloader.sequences._util import check_sequence, read
 from seqloader.sequences.base import LazySequence

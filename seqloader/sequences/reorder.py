@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator, Sequence, TypeVar
 import numpy as np
 
 from seqloader.errors import check_nonnegative_int
-from seqloader.permutation import FeistelPermutation
+from seqloader.orders.permutation import FeistelPermutation
 from seqloader.rng import check_seed
 from seqloader.sequences._util import check_sequence, read
 from seqloader.sequences.base import IndexMap, LazySequence, Positions
@@ -132,7 +132,7 @@ def shuffle(seq: Sequence[T], seed: int) -> LazySequence[T]:
     """A pseudo-random permutation of ``seq`` determined by ``(len(seq), seed)``, in O(1) memory.
 
     Item ``i`` is ``seq[p(i)]`` with ``p`` a keyed Feistel permutation
-    (:class:`seqloader.permutation.FeistelPermutation`); any item of any epoch is computed directly,
+    (:class:`seqloader.orders.permutation.FeistelPermutation`); any item of any epoch is computed directly,
     so ``shuffle(range(10**9), seed)[i]`` allocates nothing. The loader passes
     ``derive_seed(user_seed, "shuffle", epoch)`` as ``seed``.
 

@@ -39,10 +39,10 @@ class Partitions:
         return [(name, pa.repeat(pa.scalar(v, type=getattr(pa, t)()), n))
                 for name, t, v in zip(self.names, self.types, self.values[k])]
 
-    def __getstate__(self) -> tuple:
+    def __getstate__(self) -> tuple[Any, ...]:
         return (self.names, self.types, self.values)
 
-    def __setstate__(self, state: tuple) -> None:
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
         self.names, self.types, self.values = state
 
 

@@ -80,7 +80,7 @@ def content_identity(version: str) -> bool:
     return version.startswith(("version:", "etag:"))
 
 
-def remote_version(info: dict) -> tuple[str, bool]:
+def remote_version(info: dict[str, Any]) -> tuple[str, bool]:
     """``(validator, strong)`` from an fsspec ``info`` dict: version id and ETag (strong), inode,
     ctime and mtime (strong: a local filesystem behind fsspec), else the modification time (weak),
     else ``""``.
@@ -215,7 +215,7 @@ def common_root(folders: Sequence[str]) -> str:
     return scheme + (joined or "/")
 
 
-def resolve(op: str, paths: Any, suffixes: Sequence[str] | None, storage_options: dict | None = None,
+def resolve(op: str, paths: Any, suffixes: Sequence[str] | None, storage_options: dict[str, Any] | None = None,
             explain: Explain | None = None) -> Listing:
     """The files named by ``paths``, the fsspec protocol (``None`` for local files) and their root.
 

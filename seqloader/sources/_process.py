@@ -51,10 +51,10 @@ class ProcessLocal(Generic[T]):
                     self._pid = pid
         return self._value  # type: ignore[return-value]
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {"factory": self._factory}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self._factory, self._pid, self._value = state["factory"], None, None
 
 

@@ -1,8 +1,9 @@
 """Range reads of a source's files, checked against what they were indexed as: :class:`Files`.
 
 :class:`Files` reads byte ranges of a listed file (:mod:`seqloader.sources._listing`):
-``os.pread`` on a descriptor kept per process (at most :data:`MAX_OPEN` at once) for local files,
-one ``fs.cat_file(path, start, end)`` (a range request) for remote ones. Before it reads a file it
+``os.pread`` on a descriptor kept per process (at most :data:`MAX_OPEN` at once, in the sources'
+one cache of open files, :class:`~seqloader.sources._handles.HandleCache`) for local files, one
+``fs.cat_file(path, start, end)`` (a range request) for remote ones. Before it reads a file it
 checks that the file still has the size and validator it was indexed with (inode, ctime and
 mtime locally; version id or ETag remotely): at every read for local files (one ``stat``), once
 per process for remote ones (one ``info`` request), and raises ``RuntimeError`` naming the file
@@ -18,51 +19,22 @@ bytes already fetched to pyarrow as a file.
 
 from __future__ import annotations
 
-import collections
 import io
 import os
-import threading
 from typing import Any, Sequence
 
+from seqloader.sources._handles import MAX_OPEN, HandleCache
 from seqloader.sources._listing import Listing, _missing, local_version, remote_version
 from seqloader.sources._process import ProcessLocal, optional_import
 
 __all__ = ["Files", "RangeFile", "MAX_OPEN"]
 
-#: Local file descriptors a source keeps open per process (least recently used ones are closed).
-MAX_OPEN = 64
-
-
-class _Handles:
-    """Per-process: open local descriptors (LRU), the fsspec filesystem, files already checked.
-
-    A descriptor is closed when it leaves the LRU and no thread is reading through it (else by the
-    last such thread): closing it under a reader would let the number be reused by another file.
-    """
+class _Remote:
+    """Per process: the fsspec filesystem, and the remote files already checked (once per process)."""
 
     def __init__(self) -> None:
-        self.fds: collections.OrderedDict[int, int] = collections.OrderedDict()
-        self.users: collections.Counter[int] = collections.Counter()
-        self.evicted: set[int] = set()
-        self.lock = threading.Lock()
         self.fs: Any = None
         self.checked: set[int] = set()
-
-    def release(self, fd: int) -> None:
-        with self.lock:
-            self.users[fd] -= 1
-            if self.users[fd] <= 0:
-                del self.users[fd]
-                if fd in self.evicted:
-                    self.evicted.discard(fd)
-                    os.close(fd)
-
-    def __del__(self) -> None:
-        for fd in [*self.fds.values(), *self.evicted]:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
 
 
 class Files:
@@ -79,7 +51,7 @@ class Files:
         (b'234', 1, [['f.bin', 10, '']])
     """
 
-    def __init__(self, op: str, listing: Listing, storage_options: dict | None = None):
+    def __init__(self, op: str, listing: Listing, storage_options: dict[str, Any] | None = None):
         self.op = op
         self.infos = tuple(listing.infos)
         self.protocol = listing.protocol
@@ -88,7 +60,9 @@ class Files:
         self.root = listing.root
         #: per file, a digest of what the index depends on, set by the source (``""`` until then)
         self.contents = [""] * len(self.infos)
-        self._handles: ProcessLocal[_Handles] = ProcessLocal(_Handles)
+        #: local descriptors, per process (closed when they leave the cache and no read uses them)
+        self.descriptors: HandleCache[int] = HandleCache(MAX_OPEN, close=os.close)
+        self._remote: ProcessLocal[_Remote] = ProcessLocal(_Remote)
 
     def __len__(self) -> int:
         return len(self.infos)
@@ -99,18 +73,18 @@ class Files:
 
     def fs(self) -> Any:
         """This process's fsspec filesystem (remote files only)."""
-        h = self._handles.get()
-        if h.fs is None:
+        r = self._remote.get()
+        if r.fs is None:
             fsspec = optional_import("fsspec", "remote", self.op)
-            h.fs = fsspec.filesystem(self.protocol, **self.storage_options)
-        return h.fs
+            r.fs = fsspec.filesystem(self.protocol, **self.storage_options)
+        return r.fs
 
     def names(self) -> list[str]:
         """The files' names relative to :attr:`root` (``/``-separated)."""
         root = self.root if self.root.endswith("/") else self.root + "/"
         return [f.path[len(root):] if f.path.startswith(root) else f.path for f in self.infos]
 
-    def describe(self) -> list[list]:
+    def describe(self) -> list[list[Any]]:
         """The file-list description: ``[[name, size, content], ...]`` (JSON types; see the module docstring)."""
         return [[n, f.size, c] for n, f, c in zip(self.names(), self.infos, self.contents)]
 
@@ -124,28 +98,12 @@ class Files:
         return RuntimeError(f"{self.op}: {self.infos[k].path} changed since it was indexed ({what}); build the "
                             "source again to re-index it")
 
-    def _acquire(self, k: int) -> int:
-        """A descriptor of local file ``k`` that stays open until :meth:`_Handles.release`."""
-        h = self._handles.get()
-        with h.lock:
-            fd = h.fds.get(k)
-            if fd is not None:
-                h.fds.move_to_end(k)
-            else:
-                path = self.infos[k].path
-                try:
-                    fd = os.open(path, os.O_RDONLY)
-                except FileNotFoundError:
-                    raise _missing(self.op, path, "file disappeared since it was indexed") from None
-                h.fds[k] = fd
-                while len(h.fds) > MAX_OPEN:
-                    old = h.fds.popitem(last=False)[1]
-                    if h.users[old] > 0:
-                        h.evicted.add(old)   # closed by its last reader
-                    else:
-                        os.close(old)
-            h.users[fd] += 1
-            return fd
+    def _open(self, k: int) -> int:
+        path = self.infos[k].path
+        try:
+            return os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise _missing(self.op, path, "file disappeared since it was indexed") from None
 
     def check(self, k: int) -> None:
         """Raise ``RuntimeError`` if file ``k`` no longer has its indexed size and validator
@@ -160,8 +118,8 @@ class Files:
             if st.st_size != f.size or local_version(st) != f.version:
                 raise self.changed(k, st.st_size, local_version(st))
             return
-        h = self._handles.get()
-        if k in h.checked:
+        r = self._remote.get()
+        if k in r.checked:
             return
         try:
             info = self.fs().info(f.path)
@@ -170,21 +128,19 @@ class Files:
         size, version = int(info["size"]), remote_version(info)[0]
         if size != f.size or version != f.version:
             raise self.changed(k, size, version)
-        h.checked.add(k)
+        r.checked.add(k)
 
     def read(self, k: int, start: int, end: int, check: bool = True) -> bytes:
         """Bytes ``[start, end)`` of file ``k``, checked first unless ``check=False`` (while
         indexing, right after the listing); a short read raises ``RuntimeError``."""
         if check:
             self.check(k)
+        data: bytes
         if self.remote:
             data = self.fs().cat_file(self.infos[k].path, start=start, end=end)
         else:
-            fd = self._acquire(k)
-            try:
+            with self.descriptors.lease(k, lambda: self._open(k)) as fd:
                 data = os.pread(fd, end - start, start)
-            finally:
-                self._handles.get().release(fd)
         if len(data) != end - start:
             raise RuntimeError(f"{self.op}: {self.infos[k].path}: read {len(data)} bytes at offset {start}, "
                                f"expected {end - start}; the file is shorter than its index says")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -61,13 +61,13 @@ def to_numpy(column: Any) -> np.ndarray:
                                                                or t.is_floating(typ.value_type)):
         flat = arr.flatten()
         if flat.null_count == 0:
-            return flat.to_numpy().reshape(len(arr), typ.list_size)
+            return cast(np.ndarray, flat.to_numpy().reshape(len(arr), typ.list_size))
     if arr.null_count == 0 and (t.is_integer(typ) or t.is_floating(typ) or t.is_boolean(typ)
                                 or t.is_temporal(typ)):
-        return arr.to_numpy(zero_copy_only=False)
+        return cast(np.ndarray, arr.to_numpy(zero_copy_only=False))
     if t.is_string(typ) or t.is_large_string(typ) or t.is_binary(typ) or t.is_large_binary(typ) or (
             (t.is_list(typ) or t.is_large_list(typ)) and arr.null_count == 0):
-        return arr.to_numpy(zero_copy_only=False)
+        return cast(np.ndarray, arr.to_numpy(zero_copy_only=False))
     out = np.empty(len(arr), dtype=object)
     out[:] = arr.to_pylist()
     return out
@@ -91,7 +91,7 @@ class TableSource(Source[Any]):
     _schema_names: list[str]  # the columns read, set by the subclass once the files' schemas are known
     _where: list[tuple[int, int]]  # per block: (file, block of that file)
 
-    def _init_output(self, columns: Sequence[str] | None, transform: Callable | None, columnar: bool,
+    def _init_output(self, columns: Sequence[str] | None, transform: Callable[..., Any] | None, columnar: bool,
                      cache_blocks: int) -> None:
         if columns is not None and (isinstance(columns, str) or not all(isinstance(c, str) for c in columns)):
             raise TypeError(f"{self._op}: columns must be a list of column names or None (got {columns!r})")
@@ -197,7 +197,7 @@ class TableSource(Source[Any]):
                 raise
         return out
 
-    def _columns_of(self, decoded: dict, groups: list, rows: Positions, n: int) -> dict[str, np.ndarray]:
+    def _columns_of(self, decoded: dict[int, Any], groups: list[Any], rows: Positions, n: int) -> dict[str, np.ndarray]:
         if len(groups) == 1:
             cols = decoded[groups[0][0]]
             return {name: col[rows] for name, col in cols.items()}

@@ -64,14 +64,14 @@ def cache_paths(info: FileInfo, remote: bool, cache_dir: str | None) -> list[str
     return out
 
 
-def _list(d: dict, key: str, n: int | None = None) -> list:
+def _list(d: dict[str, Any], key: str, n: int | None = None) -> list[Any]:
     v = d.get(key)
     if type(v) is not list or (n is not None and len(v) != n):
         raise Doubt(f"{key!r} is not a list" + ("" if n is None else f" of {n} entries"))
     return v
 
 
-def _int_rows(rows: list, what: str, n: int, lo: int, hi: int) -> np.ndarray:
+def _int_rows(rows: list[Any], what: str, n: int, lo: int, hi: int) -> np.ndarray:
     """``rows`` (``len(rows)`` lists of ``n`` ints in ``[lo, hi]``) as an int64 array, or :class:`Doubt`."""
     shape = (len(rows), n)
     if not all(type(row) is list and len(row) == n for row in rows):
@@ -167,13 +167,13 @@ def _load(path: str, info: FileInfo, files: Files, k: int) -> tuple[ShardIndex |
     return index, None
 
 
-def write_atomic(path: str, data: dict) -> None:
+def write_atomic(path: str, data: dict[str, Any]) -> None:
     """Write ``data`` as JSON to a temporary name beside ``path``, then rename it to ``path``."""
     text = json.dumps(data, separators=(",", ":")).encode()
     write_atomically(path, lambda f: f.write(text))
 
 
-def to_json(index: ShardIndex, info: FileInfo) -> dict:
+def to_json(index: ShardIndex, info: FileInfo) -> dict[str, Any]:
     return {"format": FORMAT, "version": VERSION, "path": info.path, "size": info.size,
             "file_version": info.version, **index.table(), "digest": index.digest()}
 

@@ -58,13 +58,13 @@ class ShardIndex:
     exts: list[str]
     offsets: np.ndarray   # int64 [len(exts), len(keys)], -1 where a sample lacks the field
     sizes: np.ndarray     # int64, same shape
-    probes: list[list]
+    probes: list[list[Any]]
     _digest: str | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.keys)
 
-    def table(self) -> dict:
+    def table(self) -> dict[str, Any]:
         """The member table as JSON types (what the digest covers)."""
         return {"keys": self.keys.tolist(), "exts": list(self.exts), "offsets": self.offsets.tolist(),
                 "sizes": self.sizes.tolist(), "probes": [list(p) for p in self.probes]}
@@ -114,7 +114,7 @@ def _open_stream(files: Files, k: int) -> Any:
 Reader = Callable[[int, int], bytes]
 
 
-def read_probes(read: Reader, offsets: list[int]) -> list[list]:
+def read_probes(read: Reader, offsets: list[int]) -> list[list[Any]]:
     """``[[offset, sha256 hex], ...]`` of the 512-byte blocks at ``offsets`` (``read(start, end)``)."""
     return [[o, hashlib.sha256(read(o, o + BLOCK)).hexdigest()[:16]] for o in offsets]
 

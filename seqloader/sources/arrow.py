@@ -17,15 +17,15 @@ the file and the batch. Arrow IPC has no checksums: a flipped bit in a value is 
 
 from __future__ import annotations
 
-import collections
 import struct
-import threading
 from typing import Any, Callable, Sequence
 
 from seqloader.errors import add_note
 from seqloader.sources._footer import Footer, arrow_blocks, arrow_footer
 from seqloader.sources._listing import resolve
-from seqloader.sources._process import ProcessLocal, Threads, optional_import
+from seqloader.sources._handles import HandleCache
+from seqloader.sources._process import Threads, optional_import
+from seqloader.sources._schema import check_schemas
 from seqloader.sources._progress import Progress, log
 from seqloader.sources._storage import Files, RangeFile
 from seqloader.sources._table import TableSource
@@ -54,30 +54,10 @@ def _not_a_file(path: str, head: bytes) -> ValueError | None:
                       "(pyarrow.feather.write_feather(table, path), or pyarrow.ipc.new_file)")
 
 
-def _check_schemas(infos: Sequence[Any], schemas: list[Any], columns: list[str] | None) -> list[str]:
-    """The names of the columns read; ``ValueError`` naming the files and the column where two
-    files disagree, or the file that lacks a selected column."""
-    first = schemas[0]
-    names = list(first.names) if columns is None else columns
-    for c in names:
-        if first.get_field_index(c) < 0:
-            raise ValueError(f"{_OP}: column {c!r} is not in {infos[0].path} (its columns: {', '.join(first.names)})")
-    for k, schema in enumerate(schemas[1:], start=1):
-        for c in names if columns is not None else list(dict.fromkeys([*names, *schema.names])):
-            i = schema.get_field_index(c)
-            if i < 0 or first.get_field_index(c) < 0:
-                missing_in, present_in = (infos[k].path, infos[0].path) if i < 0 else (infos[0].path, infos[k].path)
-                raise ValueError(f"{_OP}: column {c!r} is in {present_in} but not in {missing_in}")
-            if not schema.field(i).type.equals(first.field(c).type):
-                raise ValueError(f"{_OP}: column {c!r} is {first.field(c).type} in {infos[0].path} but "
-                                 f"{schema.field(i).type} in {infos[k].path}")
-    return names
-
-
 def _schema_end(path: str, head: bytes, size: int) -> int:
     """Where the schema message that opens the IPC stream of a file ends (``head``: its first 16 bytes)."""
     marker, length = struct.unpack("<iI", head[8:16])
-    end = 16 + length if marker == -1 else 12 + marker   # (a legacy stream has no continuation marker)
+    end: int = 16 + length if marker == -1 else 12 + marker   # (a legacy stream has no continuation marker)
     if not 12 < end <= size:
         raise ValueError(f"{_OP}: {path} is corrupt: its schema message (at offset 8) ends at {end}, outside the file")
     return end
@@ -101,25 +81,17 @@ def _check_layout(path: str, size: int, schema_end: int, footer: Footer) -> None
         raise ValueError(f"{_OP}: {path} is corrupt: its batches end at offset {pos} but its footer starts at {start}")
 
 
-class _Readers:
-    """Per process: open ``RecordBatchFileReader`` objects and their footers' digests, by file."""
-
-    def __init__(self) -> None:
-        self.readers: collections.OrderedDict[int, Any] = collections.OrderedDict()
-        self.lock = threading.Lock()
-
-
 class _ArrowIPC(TableSource):
     _op = _OP
     _block_word = "record batch"
 
-    def __init__(self, paths: Any, columns: Sequence[str] | None, transform: Callable | None, columnar: bool,
-                 cache_blocks: int, num_threads: int, storage_options: dict | None):
+    def __init__(self, paths: Any, columns: Sequence[str] | None, transform: Callable[..., Any] | None, columnar: bool,
+                 cache_blocks: int, num_threads: int, storage_options: dict[str, Any] | None):
         self._init_output(columns, transform, columnar, cache_blocks)
         self._threads = Threads(_OP, num_threads)
         self._files = Files(_OP, resolve(_OP, paths, _SUFFIXES, storage_options), storage_options)
         infos = self._files.infos
-        self._readers: ProcessLocal[_Readers] = ProcessLocal(_Readers)
+        self._readers: HandleCache[tuple[Any, str]] = HandleCache()  # per process: (reader, footer digest)
         self._digests: list[str] | None = None
         progress = Progress(_OP, len(infos), "files")
 
@@ -139,7 +111,8 @@ class _ArrowIPC(TableSource):
             opened = self._threads.map(index, range(len(infos)))
         finally:
             progress.close()
-        self._schema_names = _check_schemas(infos, [schema for schema, _, _ in opened], self._columns)
+        self._schema_names = check_schemas(_OP, [f.path for f in infos], [schema for schema, _, _ in opened],
+                                           self._columns)
         self._digests = [d for _, _, d in opened]
         self._files.contents = [f"footer:{d}" for d in self._digests]
         self._index = BlockIndex([n for _, counts, _ in opened for n in counts])
@@ -148,11 +121,9 @@ class _ArrowIPC(TableSource):
     def _open_file(self, k: int, check: bool = True) -> tuple[Any, str]:
         """This process's reader of file ``k`` (memory-mapped locally; range reads remotely) and the
         digest of its footer; once the index is built, a footer that differs from it raises."""
-        state = self._readers.get()
-        with state.lock:
-            if k in state.readers:
-                state.readers.move_to_end(k)
-                return state.readers[k]
+        return self._readers.get(k, lambda: self._open_reader(k, check))
+
+    def _open_reader(self, k: int, check: bool) -> tuple[Any, str]:
         pa = _pa()
         info = self._files.infos[k]
         head = self._files.read(k, 0, min(info.size, 16), check=check)
@@ -182,10 +153,6 @@ class _ArrowIPC(TableSource):
             if info.path not in str(exc):
                 add_note(exc, f"{_OP}: while opening {info.path}")
             raise
-        with state.lock:
-            state.readers[k] = (reader, footer.digest)
-            while len(state.readers) > 64:
-                state.readers.popitem(last=False)
         return reader, footer.digest
 
     def _read_block(self, b: int) -> Any:
@@ -208,9 +175,9 @@ class _ArrowIPC(TableSource):
         return f"arrow_ipc({self._repr_args()})"
 
 
-def arrow_ipc(paths: Any, *, columns: Sequence[str] | None = None, transform: Callable | None = None,
+def arrow_ipc(paths: Any, *, columns: Sequence[str] | None = None, transform: Callable[..., Any] | None = None,
               columnar: bool = False, cache_blocks: int = 8, num_threads: int = 16,
-              storage_options: dict | None = None) -> TableSource:
+              storage_options: dict[str, Any] | None = None) -> TableSource:
     """The rows of Arrow IPC files (Feather v2) as a lazy, position-addressable sequence.
 
     As :func:`seqloader.parquet`, with record batches as blocks. Local files are memory-mapped

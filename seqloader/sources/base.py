@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from seqloader.sequences.base import LazySequence
+
+if TYPE_CHECKING:
+    from seqloader.sources._storage import Files
 
 __all__ = ["BlockIndex", "Source", "group_by_block"]
 
@@ -61,10 +64,10 @@ class BlockIndex:
         b = np.searchsorted(self.ends, p, side="right")
         return b, p - self.starts[b]
 
-    def __getstate__(self) -> tuple:
+    def __getstate__(self) -> tuple[Any, ...]:
         return (self.ends, self.starts)
 
-    def __setstate__(self, state: tuple) -> None:
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
         self.ends, self.starts = state
 
 
@@ -114,7 +117,7 @@ class Source(LazySequence[T_co]):
     """
 
     _index: BlockIndex
-    _files: Any  # seqloader.sources._storage.Files
+    _files: Files
 
     def __len__(self) -> int:
         return len(self._index)
@@ -124,7 +127,7 @@ class Source(LazySequence[T_co]):
         ``ends[-1] == len(self)``; block ``k`` holds positions ``[ends[k-1], ends[k])``."""
         return self._index.ends
 
-    def files(self) -> list[list]:
+    def files(self) -> list[list[Any]]:
         """The files in the order their items appear, described by what they hold.
 
         Returns:

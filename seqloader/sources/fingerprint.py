@@ -26,7 +26,7 @@ from seqloader.sources.base import fingerprint_of
 __all__ = ["describe_files", "check_same_files"]
 
 
-def _file_list(x: Any) -> list[list] | None:
+def _file_list(x: Any) -> list[list[Any]] | None:
     if hasattr(x, "files") and callable(x.files):
         return [list(f) for f in x.files()]
     if isinstance(x, (list, tuple)):
@@ -38,7 +38,7 @@ def _file_list(x: Any) -> list[list] | None:
 CHUNKS = 32
 
 
-def describe_files(source: Any) -> dict:
+def describe_files(source: Any) -> dict[str, Any]:
     """``{"files": n, "fingerprint": hex, "chunk": c, "chunks": [hex, ...]}`` for a source or a
     file list: JSON types, < 450 bytes.
 
@@ -67,7 +67,7 @@ def describe_files(source: Any) -> dict:
             "chunks": [fingerprint_of(files[k:k + per])[:6] for k in range(0, len(files), per)]}
 
 
-def _fmt(f: Sequence) -> str:
+def _fmt(f: Sequence[Any]) -> str:
     return f"{f[0]} (size {f[1]}, {f[2]})"
 
 
@@ -118,7 +118,7 @@ def check_same_files(saved: Any, current: Any) -> None:
                          "and contents)")
 
 
-def _name_the_difference(saved: dict, current: list) -> None:
+def _name_the_difference(saved: dict[str, Any], current: list[Any]) -> None:
     """Raise naming the first file (or run of files) of ``current`` that ``saved`` describes otherwise."""
     per, chunks = saved.get("chunk"), saved.get("chunks")
     if not isinstance(per, int) or per < 1 or not isinstance(chunks, list):

@@ -18,7 +18,7 @@ process and on every rank; item ``p`` is ``(data, label)`` with ``data`` the byt
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -90,7 +90,7 @@ def _list_local(root: str, exts: Sequence[str] | None) -> tuple[list[str], list[
 
 
 def _list_remote(url: str, exts: Sequence[str] | None,
-                 storage_options: dict | None) -> tuple[list[str], list[FileInfo], list[int], str]:
+                 storage_options: dict[str, Any] | None) -> tuple[list[str], list[FileInfo], list[int], str]:
     fsspec = optional_import("fsspec", "remote", _OP)
     fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     path = path.rstrip("/")
@@ -123,8 +123,8 @@ def _list_remote(url: str, exts: Sequence[str] | None,
 
 
 class _ImageFolder(Source[Any]):
-    def __init__(self, root: Any, extensions: Sequence[str] | None, transform: Callable | None,
-                 num_threads: int, storage_options: dict | None):
+    def __init__(self, root: Any, extensions: Sequence[str] | None, transform: Callable[..., Any] | None,
+                 num_threads: int, storage_options: dict[str, Any] | None):
         check_callable(_OP, "transform", transform, allow_none=True)
         if not isinstance(root, (str, os.PathLike)):
             raise TypeError(f"{_OP}: root must be a folder path or URL (got {type(root).__name__})")
@@ -150,7 +150,7 @@ class _ImageFolder(Source[Any]):
     @property
     def targets(self) -> list[int]:
         """The label of every item (torchvision's ``ImageFolder.targets``)."""
-        return self._labels.tolist()
+        return cast(list[int], self._labels.tolist())
 
     def _read(self, i: int) -> bytes:
         return self._files.read(i, 0, self._files.infos[i].size)
@@ -179,8 +179,8 @@ class _ImageFolder(Source[Any]):
         return f"image_folder(classes={len(self.classes)}{t}, len={len(self)})"
 
 
-def image_folder(root: Any, *, extensions: Sequence[str] | None = IMAGE_EXTENSIONS, transform: Callable | None = None,
-                 num_threads: int = 16, storage_options: dict | None = None) -> Source[Any]:
+def image_folder(root: Any, *, extensions: Sequence[str] | None = IMAGE_EXTENSIONS, transform: Callable[..., Any] | None = None,
+                 num_threads: int = 16, storage_options: dict[str, Any] | None = None) -> Source[Any]:
     """The files of ``root/<class>/...`` as a lazy sequence of ``(data, label)``, as torchvision's ``ImageFolder``.
 
     The folder is listed once, with torchvision's rules (see the module docstring: class folders

@@ -22,7 +22,6 @@ file and the row group. Hive partition folders (``year=2024/``) become columns
 
 from __future__ import annotations
 
-import collections
 import threading
 from typing import Any, Callable, Sequence
 
@@ -30,7 +29,9 @@ from seqloader.errors import add_note
 from seqloader.sources._footer import Footer, parquet_footer
 from seqloader.sources._hive import Partitions, partitions
 from seqloader.sources._listing import resolve
-from seqloader.sources._process import ProcessLocal, Threads, optional_import
+from seqloader.sources._handles import HandleCache
+from seqloader.sources._process import Threads, optional_import
+from seqloader.sources._schema import check_schemas
 from seqloader.sources._progress import Progress, log
 from seqloader.sources._storage import Files, RangeFile
 from seqloader.sources._table import TableSource
@@ -74,45 +75,12 @@ def _row_counts(files: Files, k: int, meta: Any) -> list[int]:
     return counts
 
 
-def _check_schemas(files: Files, schemas: Sequence[Any], columns: list[str] | None) -> list[str]:
-    """The names of the columns read; ``ValueError`` naming both files and the column where two
-    files disagree, or the file that lacks a selected column."""
-    first, path0 = schemas[0], files.infos[0].path
-    names = list(first.names) if columns is None else columns
-    for c in names:
-        if first.get_field_index(c) < 0:
-            raise ValueError(f"{_OP}: column {c!r} is not in {path0} (its columns: {', '.join(first.names)})")
-    for k, schema in enumerate(schemas[1:], start=1):
-        path = files.infos[k].path
-        if columns is None and list(schema.names) != names:
-            extra = [c for c in schema.names if c not in names] or [c for c in names if c not in schema.names]
-            col = extra[0] if extra else next(a for a, b in zip(names, schema.names) if a != b)
-            raise ValueError(f"{_OP}: {path0} and {path} have different columns (first difference: {col!r}); "
-                             "pass columns=[...] present in every file, or group files by schema")
-        for c in names:
-            i = schema.get_field_index(c)
-            if i < 0:
-                raise ValueError(f"{_OP}: column {c!r} is in {path0} but not in {path}")
-            if not schema.field(i).type.equals(first.field(c).type):
-                raise ValueError(f"{_OP}: column {c!r} is {first.field(c).type} in {path0} but "
-                                 f"{schema.field(i).type} in {path}")
-    return names
-
-
-class _Open:
-    """Per process: open ``ParquetFile`` objects (local files) and parsed footers (remote ones)."""
-
-    def __init__(self) -> None:
-        self.files: collections.OrderedDict[int, Any] = collections.OrderedDict()
-        self.lock = threading.Lock()
-
-
 class _Parquet(TableSource):
     _op = _OP
     _block_word = "row group"
 
-    def __init__(self, paths: Any, columns: Sequence[str] | None, transform: Callable | None, columnar: bool,
-                 cache_blocks: int, num_threads: int, storage_options: dict | None, partitioning: str | None):
+    def __init__(self, paths: Any, columns: Sequence[str] | None, transform: Callable[..., Any] | None, columnar: bool,
+                 cache_blocks: int, num_threads: int, storage_options: dict[str, Any] | None, partitioning: str | None):
         self._init_output(columns, transform, columnar, cache_blocks)
         if partitioning not in ("hive", None):
             raise ValueError(f"{_OP}: partitioning must be 'hive' or None (got {partitioning!r})")
@@ -145,7 +113,7 @@ class _Parquet(TableSource):
             where += [(k, g) for g in range(meta.num_row_groups)]
         self._index = BlockIndex(counts)
         self._where = where
-        self._open: ProcessLocal[_Open] = ProcessLocal(_Open)
+        self._open: HandleCache[Any] = HandleCache()  # per process and thread: open ParquetFile objects (local)
 
     def _init_columns(self, schemas: list[Any]) -> None:
         """The columns read from the files and the partition columns added to them."""
@@ -155,30 +123,25 @@ class _Parquet(TableSource):
                 raise ValueError(f"{_OP}: {name!r} is both a column of {self._files.infos[0].path} and a hive "
                                  "partition folder; pass partitioning=None to read the column of the files only")
         wanted = None if self._columns is None else [c for c in self._columns if c not in parts]
-        self._file_columns = _check_schemas(self._files, schemas, wanted)
+        self._file_columns = check_schemas(_OP, [f.path for f in self._files.infos], schemas, wanted)
         self._schema_names = self._file_columns + parts if self._columns is None else list(self._columns)
 
     def _file(self, k: int) -> Any:
         """This process's ``ParquetFile`` (local) or ``FileMetaData`` (remote) of file ``k``. A local
-        file's footer is read again and compared with the index's once per process."""
+        file's footer is read again and compared with the index's once per process and thread."""
         if self._metas is not None:
             return self._metas[k]
-        state = self._open.get()
-        with state.lock:
-            if k in state.files:
-                state.files.move_to_end(k)
-                return state.files[k]
+        # one ParquetFile per thread: pyarrow's must not be read from two threads at once (eight threads
+        # reading one crash the process, or raise "ReadRangeCache did not find matching cache entry")
+        return self._open.get((k, threading.get_ident()), lambda: self._open_file(k))
+
+    def _open_file(self, k: int) -> Any:
         footer = parquet_footer(_OP, self._files, k, check=True)
         if footer.digest != self._digests[k]:
             raise self._files.changed_content(k, f"its footer's digest is {footer.digest}, the index's "
                                                  f"{self._digests[k]}")
-        value = _pq().ParquetFile(self._files.infos[k].path, metadata=_parse(self._files, k, footer),
-                                  page_checksum_verification=True)
-        with state.lock:
-            state.files[k] = value
-            while len(state.files) > 64:
-                state.files.popitem(last=False)
-        return value
+        return _pq().ParquetFile(self._files.infos[k].path, metadata=_parse(self._files, k, footer),
+                                 page_checksum_verification=True)
 
     def _read_local(self, b: int) -> Any:
         k, g = self._where[b]
@@ -230,9 +193,9 @@ class _Parquet(TableSource):
         return f"parquet({self._repr_args()})"
 
 
-def parquet(paths: Any, *, columns: Sequence[str] | None = None, transform: Callable | None = None,
+def parquet(paths: Any, *, columns: Sequence[str] | None = None, transform: Callable[..., Any] | None = None,
             columnar: bool = False, cache_blocks: int = 8, num_threads: int = 16,
-            storage_options: dict | None = None, partitioning: str | None = "hive") -> TableSource:
+            storage_options: dict[str, Any] | None = None, partitioning: str | None = "hive") -> TableSource:
     """The rows of Parquet files as a lazy, position-addressable sequence.
 
     Item ``p`` is row ``p`` of the files laid end to end (in the order given; a folder or a glob

@@ -35,8 +35,8 @@ MERGE_MAX = 16 << 20
 
 
 class _TarShards(Source[Any]):
-    def __init__(self, paths: Any, extensions: Sequence[str] | None, transform: Callable | None,
-                 num_threads: int, cache_dir: str | None, use_cache: bool, storage_options: dict | None):
+    def __init__(self, paths: Any, extensions: Sequence[str] | None, transform: Callable[..., Any] | None,
+                 num_threads: int, cache_dir: str | None, use_cache: bool, storage_options: dict[str, Any] | None):
         check_callable(_OP, "transform", transform, allow_none=True)
         check_bool(_OP, "use_cache", use_cache)
         if extensions is not None and (isinstance(extensions, str) or not all(isinstance(e, str) for e in extensions)):
@@ -97,7 +97,7 @@ class _TarShards(Source[Any]):
             starts[none], ends[none] = 0, 0
             keys = self._shards[s].keys[js].tolist()
             offs, sizes, wh = off.T.tolist(), size.T.tolist(), where.tolist()
-            cur: list = []
+            cur: list[Any] = []
             for o in np.argsort(starts, kind="stable").tolist():
                 a, b = int(starts[o]), int(ends[o])
                 member = (wh[o], keys[o], [(f, x, n) for f, x, n in zip(names, offs[o], sizes[o]) if x >= 0])
@@ -112,7 +112,9 @@ class _TarShards(Source[Any]):
                 reads.append(tuple(cur))
         for s in {r[0] for r in reads}:
             self._files.check(s)   # once per shard and batch, not per read
-        fetch = (lambda r: self._files.read(r[0], r[1], r[2], check=False))
+        def fetch(r: tuple[Any, ...]) -> bytes:
+            return self._files.read(r[0], r[1], r[2], check=False)
+
         blobs = self._threads.map(fetch, reads) if self._files.remote else [fetch(r) for r in reads]
         out: list[Any] = [None] * positions.size
         for (_, start, _, members), blob in zip(reads, blobs):
@@ -153,9 +155,9 @@ def _compressed_only(folder: str, names: list[str]) -> Exception | None:
                       "compressing each member instead (.jpg, .npy.gz)")
 
 
-def tar_shards(paths: Any, *, extensions: Sequence[str] | None = None, transform: Callable | None = None,
+def tar_shards(paths: Any, *, extensions: Sequence[str] | None = None, transform: Callable[..., Any] | None = None,
                num_threads: int = 16, cache_dir: str | None = None, use_cache: bool = True,
-               storage_options: dict | None = None) -> Source[Any]:
+               storage_options: dict[str, Any] | None = None) -> Source[Any]:
     """The samples of tar shards in the webdataset layout, as a lazy, position-addressable sequence.
 
     Members sharing a key form a sample: ``000123.jpg`` and ``000123.cls`` give item

@@ -11,8 +11,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from seqloader.loader.orders import builtin_order
-from seqloader.loader.plans import OrderPlan
+from seqloader.orders.orders import builtin_order
+from seqloader.orders.plans import OrderPlan
 
 N, BS, SAVED_WORLD = 10**9, 32, 1024
 STEPS = 20_000                              # steps taken before the checkpoint

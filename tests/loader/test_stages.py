@@ -12,10 +12,10 @@ import time
 import pytest
 import torch
 
-import seqloader.loader.dataloader as dataloader_mod
 import seqloader.loader.iterator as iterator_mod
+import seqloader.loader.opening as opening_mod
 from seqloader import DataLoader, rng_map, smap
-from seqloader.loader.stage_stats import StageAccount
+from seqloader.loader.stats import StageAccount
 from seqloader.loader.stats import EpochStats
 from seqloader.sequences import stage_times
 
@@ -91,7 +91,7 @@ def test_pinning_is_a_stage_of_this_process(monkeypatch):
         time.sleep(0.004)
         return batch
 
-    monkeypatch.setattr(dataloader_mod, "pin_device", lambda *args: "fake")
+    monkeypatch.setattr(opening_mod, "pin_device", lambda *args: "fake")
     monkeypatch.setattr(iterator_mod, "pin", slow_pin)
     loader = DataLoader(list(range(40)), batch_size=4, pin_memory=True, seed=0, profile_stages=True)
     list(loader)

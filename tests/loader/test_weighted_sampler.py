@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import seqloader
-from seqloader.weighted_sampler import WeightedOrder, WeightedSampler, fingerprint
+from seqloader.loader.weighted_sampler import WeightedOrder, WeightedSampler, fingerprint
 
 seeds = st.integers(0, 2**64 - 1)
 
@@ -238,6 +238,6 @@ def test_bad_reweights_name_the_argument():
 def test_tensors_are_accepted_and_the_order_is_an_order():
     s = WeightedSampler(torch.tensor([0.0, 1.0, 1.0]), 6, seed=1)
     o = s.order(0)
-    assert isinstance(o, WeightedOrder) and isinstance(o, seqloader.loader.orders.Order) and o.n == 6
+    assert isinstance(o, WeightedOrder) and isinstance(o, seqloader.orders.orders.Order) and o.n == 6
     assert 0 not in o.run(0, 6, 1)
     assert repr(s) == "WeightedSampler(num_weights=3, num_samples=6, changes=0, seed=1)"

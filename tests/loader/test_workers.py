@@ -15,8 +15,8 @@ import torch
 import seqloader as sl
 from seqloader import prefetch
 from seqloader.loader.fetch import EpochBatches
-from seqloader.loader.orders import RangeOrder as _Range
-from seqloader.loader.plans import OrderPlan
+from seqloader.orders.orders import RangeOrder as _Range
+from seqloader.orders.plans import OrderPlan
 from seqloader.loader.seeding import preserved_globals
 from seqloader.loader.torch_compat import worker_info_hidden
 from seqloader.loader.workers import TorchWorkerSetup, worker_base_seed

@@ -177,6 +177,15 @@ def test_what_cannot_be_described_is_not_cached():
     assert split["cache"].startswith("off: not needed")
 
 
+def test_a_builtin_function_in_the_pipeline_is_described_by_its_name():
+    """A builtin (``np.asarray``, ``len``) is described by its module and name; it used to be handed
+    back to the describer without end (``RecursionError``), so nothing under it was cached."""
+    docs = sl.smap(np.asarray, [list(range(n)) for n in LENGTHS])
+    assert sl.pack(docs, 16).index_stats()["cache"] == "written"
+    again = sl.pack(sl.smap(np.asarray, [list(range(n)) for n in LENGTHS]), 16)
+    assert again.index_stats()["index"] == "loaded"
+
+
 def test_an_unwritable_folder_is_reported(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")

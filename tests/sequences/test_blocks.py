@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import seqloader as sl
-from seqloader.block_permutation import BlockPermutation
+from seqloader.orders.block_permutation import BlockPermutation
 from seqloader.sequences.base import source_indices
 from strategies import check_against_oracle, seeds, slices
 

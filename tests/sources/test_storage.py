@@ -143,5 +143,4 @@ def test_concurrent_reads_never_read_through_a_descriptor_another_thread_closed(
     finally:
         sys.setswitchinterval(old)
     assert not errors and not any(t.is_alive() for t in threads)
-    h = files._handles.get()
-    assert len(h.fds) <= 2 and not h.users and not h.evicted
+    assert len(files.descriptors) <= 2 and files.descriptors.leased() == 0

@@ -1,4 +1,4 @@
-"""L1: a locality-aware ("block") shuffle: a keyed bijection of ``[0, n)`` that reads whole blocks.
+"""L1 orders: a locality-aware ("block") shuffle: a keyed bijection of ``[0, n)`` that reads whole blocks.
 
 Data sources (Parquet row groups, tar shards) are read fastest in contiguous blocks, and a global
 shuffle reads one row from everywhere. :class:`BlockPermutation` maps a position ``p`` of the
@@ -17,7 +17,7 @@ epoch's order to an index of the data in three steps, each a bijection:
    number of blocks, seed ``derive_seed(seed, "block_shuffle", 0)``); consecutive groups of
    ``window`` permuted blocks form windows (the last may hold fewer); position ``s`` falls in
    window ``w`` at offset ``r``, and ``r`` is permuted by a Feistel network over the window's
-   size (the one of :mod:`seqloader.permutation`, per element: radix ``a = ceil(sqrt(m))``,
+   size (the one of :mod:`seqloader.orders.permutation`, per element: radix ``a = ceil(sqrt(m))``,
    ``b = ceil(m / a)``, six rounds, cycle-walking) with round keys ``mix(mix(w ^ K) + (r+1)*G)``
    (splitmix64's ``mix``, ``K = derive_seed(seed, "block_shuffle", 1)``, ``G`` the golden-ratio
    constant): keyed by ``(seed, w)`` and vectorised over windows of different sizes.
@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from seqloader.errors import check_int, check_positive_int
-from seqloader.permutation import FeistelPermutation
+from seqloader.orders.permutation import FeistelPermutation
 from seqloader.rng import check_seed, derive_seed
 
 __all__ = ["BlockPermutation"]
@@ -54,7 +54,7 @@ _U64 = npt.NDArray[np.uint64]
 
 _ROUNDS = 6
 _M64 = (1 << 64) - 1
-_C1, _C2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9  # the round function of seqloader.permutation
+_C1, _C2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9  # the round function of seqloader.orders.permutation
 _S1, _S2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # splitmix64's finaliser
 _G = 0x9E3779B97F4A7C15
 _U = {c: np.uint64(c) for c in (_C1, _C2, _S1, _S2, 27, 30, 31, 32, 1)}

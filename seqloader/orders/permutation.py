@@ -1,4 +1,4 @@
-"""L1: a keyed pseudo-random permutation of ``[0, n)`` with O(1) memory (a Feistel network).
+"""L1 orders: a keyed pseudo-random permutation of ``[0, n)`` with O(1) memory (a Feistel network).
 
 ``shuffle`` needs item ``i`` of a permuted order without materialising the order, so that a
 loader can seek to any position of an epoch of any length. :class:`FeistelPermutation` is a

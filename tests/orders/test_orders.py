@@ -1,4 +1,4 @@
-"""Epoch orders (``seqloader/loader/orders.py``): the chunk-cached bijection equals the direct one."""
+"""Epoch orders (``seqloader/orders/orders.py``): the chunk-cached bijection equals the direct one."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqloader.loader.orders import BijectiveOrder as _Bijective
-from seqloader.loader.plans import OrderPlan
-from seqloader.permutation import FeistelPermutation
+from seqloader.orders.orders import BijectiveOrder as _Bijective
+from seqloader.orders.plans import OrderPlan
+from seqloader.orders.permutation import FeistelPermutation
 
 
 @settings(max_examples=40)

@@ -1,4 +1,4 @@
-"""``BlockPermutation`` (``seqloader/block_permutation.py``) and its measures (``block_quality.py``).
+"""``BlockPermutation`` (``seqloader/orders/block_permutation.py``) and its measures (``seqloader/orders/block_quality.py``).
 
 A bijection of ``[0, n)`` for many layouts; the vectorised and scalar paths agree; the windows,
 the block order and the lanes' tail rule match oracles written independently from the
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seqloader.block_permutation import BlockPermutation
-from seqloader.block_quality import bytes_read_ratio, shuffle_quality
-from seqloader.permutation import FeistelPermutation
+from seqloader.orders.block_permutation import BlockPermutation
+from seqloader.orders.block_quality import bytes_read_ratio, shuffle_quality
+from seqloader.orders.permutation import FeistelPermutation
 from seqloader.rng import derive_seed
 from strategies import seeds
 

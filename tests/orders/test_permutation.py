@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seqloader import permutation
-from seqloader.permutation import MAX_N, FeistelPermutation
+from seqloader.orders import permutation
+from seqloader.orders.permutation import MAX_N, FeistelPermutation
 
 seeds = st.integers(0, 2**64 - 1)
 

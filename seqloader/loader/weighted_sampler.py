@@ -24,10 +24,10 @@ import numpy.typing as npt
 import torch
 
 from seqloader.errors import check_nonnegative_int, check_positive_int
-from seqloader.loader.orders import Indices
+from seqloader.orders.orders import Indices
 from seqloader.loader.world import draw_seed
 from seqloader.rng import check_seed, derive_seed
-from seqloader.shuffle_sampler import SeekableSampler
+from seqloader.loader.shuffle_sampler import SeekableSampler
 
 __all__ = ["WeightedOrder", "WeightedSampler", "fingerprint"]
 
@@ -100,7 +100,7 @@ class _Weights:
 
 
 class WeightedOrder:
-    """The :class:`~seqloader.loader.orders.Order` of one epoch of a :class:`WeightedSampler`.
+    """The :class:`~seqloader.orders.orders.Order` of one epoch of a :class:`WeightedSampler`.
 
     ``parts`` are ``(start, change, key, weights)``: from position ``start`` on, draws use the
     weights of change ``change`` (``(epoch, position)``), keyed by ``key``; ``weights`` is

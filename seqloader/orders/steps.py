@@ -1,4 +1,4 @@
-"""L3: steps and sample positions: the one place a step number becomes a sample position.
+"""L1 orders: steps and sample positions: the one place a step number becomes a sample position.
 
 A loader consumes its epoch's global order in *global steps*: at step ``s`` every rank reads one
 batch of ``size(s)`` samples, so the step consumes ``size(s) * world_size`` positions.
@@ -14,7 +14,7 @@ never a replay.
 from __future__ import annotations
 
 import bisect
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from seqloader.errors import check_nonnegative_int, check_positive_int
 
@@ -71,7 +71,7 @@ class BatchSizes:
         """The batch size of ``step``."""
         return self._sizes[bisect.bisect_right(self._starts, step) - 1]
 
-    def _segments(self, first: int) -> Any:
+    def _segments(self, first: int) -> Iterator[tuple[int, Optional[int], int]]:
         """``(start, end, size)`` of the constant stretches from step ``first`` on (the last is open)."""
         k = bisect.bisect_right(self._starts, first) - 1
         for j in range(k, len(self._starts)):

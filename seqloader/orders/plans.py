@@ -1,8 +1,8 @@
-"""L3: *plans*: an epoch's order cut into batches for one rank, from a global sample position on.
+"""L1 orders: *plans*: an epoch's order cut into batches for one rank, from a global sample position on.
 
 A plan maps a batch number to ``(key, indices)`` without touching the dataset:
 
-* :class:`OrderPlan` reads an :class:`~seqloader.loader.orders.Order` from a global sample
+* :class:`OrderPlan` reads an :class:`~seqloader.orders.orders.Order` from a global sample
   ``position`` on. Under ``torch.distributed`` rank ``r`` of ``w`` reads global positions
   ``position + r + j*w``, the layout of ``DistributedSampler``: positions past the end wrap to the
   start (padding), or the tail is dropped when ``drop_last=True``.
@@ -19,8 +19,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from seqloader.loader.orders import Order, RangeOrder
-from seqloader.loader.steps import BatchSizes
+from seqloader.orders.orders import Order, RangeOrder
+from seqloader.orders.steps import BatchSizes
 
 __all__ = ["BatchListPlan", "OrderPlan", "materialise_batches"]
 
@@ -32,7 +32,7 @@ class OrderPlan:
         order: an order object (``n`` and vectorised ``lookup``).
         start: samples of the global order already consumed this epoch.
         batch_size: samples per batch per rank; ``None`` (one sample per step, not collated); or
-            a :class:`~seqloader.loader.steps.BatchSizes` schedule read from step ``first_step``.
+            a :class:`~seqloader.orders.steps.BatchSizes` schedule read from step ``first_step``.
         drop_last: drop the incomplete last batch (and, with several ranks, the tail that does
             not divide evenly, like ``DistributedSampler(drop_last=True)``).
         rank, world_size: this process's place; positions ``start + rank + j * world_size``.

@@ -1,4 +1,4 @@
-"""L3: skipped positions of an epoch's order, backfilled from the epoch's tail.
+"""L1 orders: skipped positions of an epoch's order, backfilled from the epoch's tail.
 
 When samples are skipped (a bad sample's index, or the batches of a step range after a loss spike),
 the positions that held them become *holes*. Batches must stay full and every rank must keep the
@@ -12,7 +12,7 @@ change.
 :class:`Intervals` holds sorted disjoint ``[start, stop)`` ranges with cumulative counts, so a hole
 test, a count and the ``k``-th non-hole from the end cost a binary search, for any number of
 skipped positions (a step range of millions of samples is one interval).
-:class:`HoledOrder` applies them to an :class:`~seqloader.loader.orders.Order`.
+:class:`HoledOrder` applies them to an :class:`~seqloader.orders.orders.Order`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Iterable, cast
 import numpy as np
 import numpy.typing as npt
 
-from seqloader.loader.orders import Indices, Order
+from seqloader.orders.orders import Indices, Order
 
 __all__ = ["HoledOrder", "Intervals"]
 
@@ -119,7 +119,7 @@ class HoledOrder:
         holes: positions of ``order`` to skip (within ``[0, n)``).
 
     Example:
-        >>> from seqloader.loader.orders import RangeOrder
+        >>> from seqloader.orders.orders import RangeOrder
         >>> o = HoledOrder(RangeOrder(10), Intervals([(2, 3), (5, 7)]))
         >>> o.n, o.run(0, o.n, 1)
         (7, [0, 1, 9, 3, 4, 8, 7])
@@ -140,7 +140,7 @@ class HoledOrder:
         if not hole.any():
             return q
         k = self.holes.count_below(q[hole])  # the k-th hole takes the k-th tail non-hole from the end
-        raw = q.copy()
+        raw: _I64 = q.copy()
         raw[hole] = self._kth_from_end(k)
         return raw
 

@@ -1,4 +1,4 @@
-"""L3: *orders*: which dataset index sits at each position of an epoch's global order.
+"""L1 orders: which dataset index sits at each position of an epoch's global order (*orders*).
 
 An order is any object with the :class:`Order` protocol: a length ``n``, a vectorised
 ``lookup(positions)`` and ``run(first, count, stride)`` (the positions ``first, first + stride,
@@ -7,13 +7,13 @@ epoch's key): a seek is a lookup, never a replay. The built-in ones:
 
 * :class:`RangeOrder`: ``range(n)`` (``shuffle=False``);
 * :class:`BijectiveOrder`: a Feistel bijection (``shuffle=True``, and
-  :class:`~seqloader.shuffle_sampler.BijectiveShuffleSampler`): O(1) memory and seek;
+  :class:`~seqloader.loader.shuffle_sampler.BijectiveShuffleSampler`): O(1) memory and seek;
 * :class:`NumpyPermutationOrder`: seqloader 0.1's numpy permutation (states of derivation 1);
-* :class:`BlockOrder`: a :class:`~seqloader.block_permutation.BlockPermutation` (windows of
-  contiguous blocks, lanes per worker; :class:`~seqloader.shuffle_sampler.BlockShuffleSampler`);
+* :class:`BlockOrder`: a :class:`~seqloader.orders.block_permutation.BlockPermutation` (windows of
+  contiguous blocks, lanes per worker; :class:`~seqloader.loader.shuffle_sampler.BlockShuffleSampler`);
 * :class:`ListedOrder`: the indices a custom sampler yielded this epoch (materialised).
 
-Plans (:mod:`seqloader.loader.plans`) cut an order into batches per rank.
+Plans (:mod:`seqloader.orders.plans`) cut an order into batches per rank.
 """
 
 from __future__ import annotations
@@ -22,15 +22,23 @@ from typing import Any, Optional, Protocol, cast, runtime_checkable
 
 import numpy as np
 
-from seqloader.block_permutation import BlockPermutation
-from seqloader.loader.seeding import DERIVATION
-from seqloader.permutation import FeistelPermutation
+from seqloader.orders.block_permutation import BlockPermutation
+from seqloader.orders.permutation import FeistelPermutation
 from seqloader.rng import derive_seed
+
+#: How ``(seed, epoch, position)`` turn into the epoch's order and the global-RNG seeds; saved in
+#: the loader's state (``"derivation"``) so that a state resumes with the scheme it was saved
+#: with. 1 (seqloader 0.1): a numpy permutation per epoch; batch seeds from ``derive_seed``, torch
+#: seeded with the full 64-bit seed. 2: a Feistel bijection per epoch (O(1) memory and seek);
+#: batch seeds from ``hash_seed`` (~1 µs); torch seeded with the top 63 bits, so
+#: ``torch.initial_seed()`` fits a signed 64-bit int as it does under torch's loader
+#: (:mod:`seqloader.loader.seeding` seeds the global RNGs by it).
+DERIVATION = 2
 
 #: The dataset indices an order gives (ints for the built-in orders; a custom sampler's own keys).
 Indices = list[Any]
 
-__all__ = ["BijectiveOrder", "BlockOrder", "ListedOrder", "NumpyPermutationOrder", "Order", "RangeOrder",
+__all__ = ["DERIVATION", "BijectiveOrder", "BlockOrder", "ListedOrder", "NumpyPermutationOrder", "Order", "RangeOrder",
            "builtin_order", "materialise_order", "positions_of"]
 
 
@@ -114,7 +122,7 @@ class NumpyPermutationOrder:
 
 
 class BijectiveOrder:
-    """A :class:`~seqloader.permutation.FeistelPermutation`: O(1) memory, O(1) seek.
+    """A :class:`~seqloader.orders.permutation.FeistelPermutation`: O(1) memory, O(1) seek.
 
     Caches the images of one *chunk*: the next :data:`CHUNK` positions of this process's stride
     (``start, start + stride, ...``; the stride is ``world_size`` under sharding), so a batch of
@@ -170,14 +178,14 @@ class ListedOrder:
 
 
 class BlockOrder:
-    """A :class:`~seqloader.block_permutation.BlockPermutation`'s order (vectorised lookups).
+    """A :class:`~seqloader.orders.block_permutation.BlockPermutation`'s order (vectorised lookups).
 
     Like :class:`BijectiveOrder`, it caches the images of one chunk of :data:`CHUNK` positions of
     this process's stride: a batch of 256 is then a slice, not a pass of the permutation (about
     150 µs); the cache is per process and not pickled.
 
     Example:
-        >>> from seqloader.block_permutation import BlockPermutation
+        >>> from seqloader.orders.block_permutation import BlockPermutation
         >>> o = BlockOrder(BlockPermutation([3, 6], window=0, seed=0))
         >>> o.n, o.run(0, 3, 2), o.lookup(np.array([5, 0]))
         (6, [0, 2, 4], [5, 0])

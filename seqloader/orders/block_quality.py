@@ -1,7 +1,7 @@
-"""L1: measures of an epoch's order: bytes a loader decodes (locality) and how well it is shuffled.
+"""L1 orders: measures of an epoch's order: bytes a loader decodes (locality) and how well it is shuffled.
 
 Both take ``order``, the data indices of an epoch in read order (``perm(np.arange(n))`` for a
-:class:`~seqloader.block_permutation.BlockPermutation` ``perm``), and the cumulative ``block_ends``
+:class:`~seqloader.orders.block_permutation.BlockPermutation` ``perm``), and the cumulative ``block_ends``
 of the data. Used by the docs, notebooks and benchmarks to choose ``window``; see
 ``docs/design.md`` ("Block shuffle") for a table.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from seqloader.block_permutation import check_block_ends
+from seqloader.orders.block_permutation import check_block_ends
 from seqloader.errors import check_nonnegative_int, check_positive_int
 
 __all__ = ["bytes_read_ratio", "shuffle_quality"]

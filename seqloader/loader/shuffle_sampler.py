@@ -1,12 +1,12 @@
 """Samplers whose epoch order is computed, not stored: seekable in O(1) by ``seqloader.DataLoader``.
 
 Both are torch ``Sampler`` s (they work with torch's ``DataLoader`` too, with :meth:`set_epoch`),
-and both expose ``order(epoch)``: an :class:`~seqloader.loader.orders.Order` that
+and both expose ``order(epoch)``: an :class:`~seqloader.orders.orders.Order` that
 :class:`seqloader.DataLoader` reads directly, so a resume is a seek and nothing of size ``n`` is
 built:
 
 * :class:`BijectiveShuffleSampler`: a Feistel bijection of ``[0, n)`` per epoch (a full shuffle);
-* :class:`BlockShuffleSampler`: a *block* shuffle (:class:`~seqloader.block_permutation.BlockPermutation`)
+* :class:`BlockShuffleSampler`: a *block* shuffle (:class:`~seqloader.orders.block_permutation.BlockPermutation`)
   over a source's contiguous blocks (Parquet row groups, tar shards): reads a few blocks at a time,
   and with ``lanes`` each loader worker reads only its own blocks.
 
@@ -19,9 +19,9 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch.utils.data
 
-from seqloader.block_permutation import BlockPermutation, check_block_ends, check_window
+from seqloader.orders.block_permutation import BlockPermutation, check_block_ends, check_window
 from seqloader.errors import check_nonnegative_int, check_positive_int
-from seqloader.loader.orders import BijectiveOrder, BlockOrder, Order
+from seqloader.orders.orders import BijectiveOrder, BlockOrder, Order
 from seqloader.loader.world import draw_seed
 from seqloader.rng import check_seed, derive_seed
 
@@ -29,7 +29,7 @@ __all__ = ["BijectiveShuffleSampler", "BlockShuffleSampler", "SeekableSampler"]
 
 
 class SeekableSampler(torch.utils.data.Sampler):
-    """A sampler whose epoch order is an :class:`~seqloader.loader.orders.Order` (``order(epoch)``).
+    """A sampler whose epoch order is an :class:`~seqloader.orders.orders.Order` (``order(epoch)``).
 
     ``seqloader.DataLoader`` reads :meth:`order` with its own epoch instead of iterating; torch's
     ``DataLoader`` iterates the order of :attr:`epoch` (set with :meth:`set_epoch`).

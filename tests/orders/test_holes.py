@@ -1,4 +1,4 @@
-"""Skipped positions backfilled from the tail (``loader/holes.py``) and skips registered during an
+"""Skipped positions backfilled from the tail (``orders/holes.py``) and skips registered during an
 epoch (``loader/changes.py``): property tests against a list-built oracle."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from seqloader.loader.changes import RecipeChanges, Skip, skip_ranges
-from seqloader.loader.holes import HoledOrder, Intervals
-from seqloader.loader.orders import BijectiveOrder, RangeOrder, positions_of
-from seqloader.loader.steps import BatchSizes
+from seqloader.orders.holes import HoledOrder, Intervals
+from seqloader.orders.orders import BijectiveOrder, RangeOrder, positions_of
+from seqloader.orders.steps import BatchSizes
 
 
 @given(n=st.integers(0, 60), data=st.data())

@@ -1,4 +1,11 @@
-"""L3: checks of a loaded state against the loader it is loaded into, and the value checks of the state.
+"""L3: a loader's state out and in: built from the loader's parts, and a loaded one checked against them.
+
+The format of a state (its keys, versions, migrations and value checks) is
+:mod:`seqloader.loader.state`; this module is how a state meets a loader, a concept of its own:
+:func:`state_of` builds the :class:`~seqloader.loader.state.LoaderState` of a loader from its
+settings, its :class:`~seqloader.loader.reading.Reading` and its progress, and
+:func:`check_loadable` runs every check of a loaded state before the loader changes anything
+(``DataLoader.load_state_dict`` then hands the parts their share).
 
 :func:`check_matches` (same dataset, arguments, kinds of sub-states), :func:`check_position`,
 :func:`check_ahead` and :func:`check_against_recipe` (what the state's epoch reads: ``position``
@@ -10,16 +17,62 @@ the loader untouched). The types and bounds of each value are checked before, by
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any, Callable, Optional, cast
 
-from seqloader.loader.state import LoaderState
-from seqloader.loader.stream_state import IterableState
-from seqloader.loader.validation import STAGE
+from seqloader.loader import world
+from seqloader.loader.changes import RecipeChanges
+from seqloader.loader.progress import Progress
+from seqloader.loader.reading import Reading, Settings
+from seqloader.loader.source_files import check_pipeline_files
+from seqloader.loader.state import STAGE, IterableState, LoaderState, is_stateful
 
-__all__ = ["check_against_recipe", "check_ahead", "check_matches", "check_position", "len_or_none",
-           "load_seekable_sampler"]
+__all__ = ["check_against_recipe", "check_ahead", "check_loadable", "check_matches", "check_position", "len_or_none",
+           "state_of"]
+
+
+def state_of(loader: Settings, reading: Reading, progress: Progress) -> LoaderState:
+    """The state of a loader now, from its settings, its reading part and its progress.
+
+    Example:
+        >>> loader = type("L", (), dict(dataset=list(range(10)), batch_size=4, drop_last=False, shuffle=True,
+        ...                             seed=3, num_workers=0))()
+        >>> s = state_of(loader, Reading(False, None, None, 4, None, 0, Progress(), None), Progress())
+        >>> s.seed, s.position, s.dataset_len, s.saved_with
+        (3, 0, 10, {'num_workers': 0, 'world_size': 1})
+    """
+    sampler_state, sampler_epoch = None, None
+    if reading.custom is not None:
+        sampler_state, sampler_epoch = reading.custom.state(progress.epoch, progress.position, progress.started)
+    elif reading.seekable is not None:
+        sampler_state = reading.seekable.state_dict()  # its seed; the loader keeps the epoch
+    iterable, dataset = reading.iterable, cast(Any, loader.dataset)
+    dataset_state = dataset.state_dict() if not iterable and is_stateful(dataset) else None
+    return LoaderState(
+        seed=loader.seed, epoch=progress.epoch, position=progress.position, ahead=progress.ahead,
+        step=progress.step, recipe=reading.control.changes.to_state(), files=reading.files(dataset),
+        dataset_len=len_or_none(dataset), batch_size=loader.batch_size, drop_last=loader.drop_last,
+        shuffle=bool(loader.shuffle) and not iterable, derivation=reading.derivation,
+        sampler_len=None if iterable or reading.custom is None else len_or_none(reading.custom),
+        sampler_epoch=sampler_epoch, sampler=sampler_state, dataset=dataset_state,
+        iterable=None if progress.iterable is None else progress.iterable.copy(),
+        saved_with={"num_workers": loader.num_workers, "world_size": world.current_world()[1]})
+
+
+def check_loadable(saved: LoaderState, loader: Settings, reading: Reading, progress: Progress,
+                   check_files: bool) -> RecipeChanges:
+    """Every check of a loaded state against the loader, before anything changes; returns the
+    state's recipe changes, validated (see ``DataLoader.load_state_dict`` for what is refused)."""
+    check_matches(saved, state_of(loader, reading, progress), not reading.iterable and reading.batch_sampler is None)
+    check_ahead(saved, world.current_world()[1])
+    check_pipeline_files(saved.files, loader.dataset, check_files)
+    changes = reading.control.checked(saved.recipe, None if reading.iterable else reading.recipe(loader))
+    if reading.custom is not None:
+        reading.custom.check(saved)
+    elif not reading.iterable:
+        check_against_recipe(saved, reading.recipe(loader).replace(changes=changes))
+    return changes
+
 
 def check_matches(saved: LoaderState, current: LoaderState, batch_size_may_change: bool = False) -> None:
     """Raise ``ValueError`` if ``saved`` cannot resume the loader whose fresh state is ``current``.
@@ -143,23 +196,6 @@ def check_ahead(saved: LoaderState, world_size: int) -> None:
                          f"(in_order=False) past 'position', under torch.distributed (world sizes "
                          f"{worlds[0]} saved, {worlds[1]} now): each rank yielded other batches, so one "
                          "rank's state cannot resume the others exactly; use in_order=True with ranks")
-
-
-def load_seekable_sampler(sampler: Any, state: Any) -> None:
-    """Hand a seekable sampler (:class:`~seqloader.shuffle_sampler.SeekableSampler`) its sub-state:
-    the first change of a load, since it checks everything before it changes anything; a refusal
-    is a ``ValueError`` naming ``'sampler'`` (its own message kept).
-
-    Example:
-        >>> from seqloader import BijectiveShuffleSampler
-        >>> load_seekable_sampler(BijectiveShuffleSampler(range(4), seed=1), {"seed": "x"})
-        Traceback (most recent call last):
-        ValueError: load_state_dict: 'sampler' cannot be loaded into BijectiveShuffleSampler(len=4, seed=1) (TypeError: BijectiveShuffleSampler.load_state_dict: seed must be an int (got str 'x'))
-    """
-    try:
-        sampler.load_state_dict(copy.deepcopy(state))
-    except (TypeError, ValueError, KeyError, AttributeError) as e:
-        raise ValueError(f"{STAGE}: 'sampler' cannot be loaded into {sampler!r} ({type(e).__name__}: {e})") from e
 
 
 def len_or_none(obj: Any) -> Optional[int]:
