@@ -30,6 +30,7 @@ LAYERS = [
     ("seqloader.permutation", 1),
     ("seqloader.threads", 1),
     ("seqloader.block_permutation", 1),
+    ("seqloader.window_feistel", 1),
     ("seqloader.block_quality", 1),
     ("seqloader.sequences.blocks", 1),
     ("seqloader.prefetcher", 2),
@@ -47,7 +48,7 @@ NAMES = {1: "L0/L1 core", 2: "L2 prefetcher", 3: "L3 loader", 4: "L4 integration
 NOT_IN_CORE = {"torch", "multiprocessing"}
 #: Within the core, rng and permutation sit below the sequence ops.
 BELOW_SEQUENCES = ("seqloader.rng", "seqloader.permutation", "seqloader.errors", "seqloader.threads",
-                   "seqloader.block_permutation", "seqloader.block_quality")
+                   "seqloader.block_permutation", "seqloader.window_feistel", "seqloader.block_quality")
 
 
 def module_name(path: pathlib.Path) -> str:
