@@ -38,7 +38,7 @@ import numpy as np
 
 from seqloader.errors import add_note, annotate, check_positive_int, note_stage
 from seqloader.sequences._util import check_bool, check_callable, fname
-from seqloader.sources._arena import Arena
+from seqloader.sources._slots import Block, Slots, slot_rows
 from seqloader.sources._process import ProcessLocal
 from seqloader.sources.base import Positions, Source, group_by_block
 
@@ -127,11 +127,30 @@ def _rows_of(parts: list[np.ndarray], n: int) -> np.ndarray:
     return out
 
 
+def _gather(parts: list[np.ndarray], which: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """Row ``rows[i]`` of ``parts[which[i]]`` for each ``i``, block by block: one array when the
+    parts agree on dtype and row shape, else an object array of rows."""
+    first = parts[0]
+    same = all(p.dtype == first.dtype and p.shape[1:] == first.shape[1:] for p in parts)
+    dst = np.empty((n, *first.shape[1:]) if same else n, dtype=first.dtype if same else object)
+    for k, col in enumerate(parts):
+        where = np.flatnonzero(which == k)
+        if same or col.ndim == 1:
+            dst[where] = col[rows[where]]
+        else:  # (rows of another length than another block's: one object per row)
+            for w, row in zip(where.tolist(), col[rows[where]]):
+                dst[w] = row
+    return dst
+
+
 class TableSource(Source[Any]):
     """Shared by :func:`~seqloader.parquet` and :func:`~seqloader.arrow_ipc` (see the module docstring)."""
 
     _op = "table"
     _block_word = "block"
+    #: copy decoded blocks into the process's slot buffers (:mod:`seqloader.sources._slots`); a
+    #: source whose blocks are views of a memory map keeps them there instead
+    _slot_buffers = True
 
     _schema_names: list[str]  # the columns read, set by the subclass once the files' schemas are known
     _where: list[tuple[int, int]]  # per block: (file, block of that file)
@@ -148,8 +167,8 @@ class TableSource(Source[Any]):
         self._columns = None if columns is None else list(columns)
         self._transform = transform
         self._cache_blocks = check_positive_int(self._op, "cache_blocks", cache_blocks)
-        self._arena: ProcessLocal[Arena[dict[str, np.ndarray]]] = ProcessLocal(
-            functools.partial(Arena, self._cache_blocks, self._op))
+        self._slots: ProcessLocal[Slots] = ProcessLocal(functools.partial(Slots, self._cache_blocks, self._op))
+        self._rows_per_slot: int | None = None   # slot_rows of the index, computed on first use
 
     @property
     def columns(self) -> list[str]:
@@ -174,53 +193,60 @@ class TableSource(Source[Any]):
     def counters(self) -> dict[str, int]:
         """This process's counts: blocks decoded, their bytes (Arrow's ``nbytes``), blocks a thread
         took from another thread's decode (``blocks_waited``), items read."""
-        return self._arena.get().counters()
+        return self._slots.get().arena.counters()
 
-    def _decoded(self, blocks: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
-        """Numpy columns of ``blocks`` (decoded at most once while they stay in the arena)."""
-        return self._arena.get().get(blocks, self._decode, self._block_name)
+    def _pinned(self, blocks: Sequence[int]) -> Any:
+        """``with self._pinned(blocks) as decoded:`` ``{block: Block}``, decoded at most once while
+        they stay in the arena, and not reused while the ``with`` block runs."""
+        return self._slots.get().arena.pinned(blocks, self._decode, self._block_name)
 
-    def _decode(self, blocks: list[int]) -> list[tuple[dict[str, np.ndarray], int]]:
-        """Read and convert ``blocks`` (called by the arena without its lock)."""
+    def _decode(self, blocks: list[int], slots: list[int | None]) -> list[tuple[Block, int]]:
+        """Read and convert ``blocks``, into their slots (called by the arena without its lock)."""
+        if self._rows_per_slot is None:   # (threads racing here compute the same number)
+            self._rows_per_slot = slot_rows(self._index.ends - self._index.starts) if self._slot_buffers else 0
         tables = self._read_blocks(blocks)
+        state = self._slots.get()
         out = []
-        for b, table in zip(blocks, tables):
+        for b, slot, table in zip(blocks, slots, tables):
             want = int(self._index.ends[b] - self._index.starts[b])
             if table.num_rows != want:
                 raise ValueError(f"{self._op}: {self._block_name(b)} holds {table.num_rows} rows but the file's "
                                  f"footer says {want}; the file is corrupt: write it again")
-            out.append(({name: to_numpy(table.column(name)) for name in self._schema_names}, int(table.nbytes)))
+            cols = {name: to_numpy(table.column(name)) for name in self._schema_names}
+            out.append((state.store(cols, slot, self._rows_per_slot), int(table.nbytes)))
         return out
 
     def _row(self, cols: dict[str, np.ndarray], r: int) -> dict[str, Any]:
-        # a row of a 2-D column is copied: a view would keep the block alive and be read-only
+        # a row of a 2-D column is copied: a view would see its slot reused (and be read-only)
         return {name: col[r] if col.ndim == 1 else col[r].copy() for name, col in cols.items()}
 
     def _item(self, i: int) -> Any:
         b, r = self._index.locate([i])
-        row = self._row(self._decoded([int(b[0])])[int(b[0])], int(r[0]))
-        self._arena.get().count("items_read", 1)
+        block = int(b[0])
+        with self._pinned([block]) as decoded:
+            row = self._row(decoded[block].cols, int(r[0]))
+        self._slots.get().arena.count("items_read", 1)
         if self._transform is None:
             return row
         try:
             with annotate(self, i):
                 return self._transform(row)
         except Exception as exc:
-            add_note(exc, f"{self._op}: row {int(r[0])} of {self._block_name(int(b[0]))}")
+            add_note(exc, f"{self._op}: row {int(r[0])} of {self._block_name(block)}")
             raise
 
     def _items(self, positions: Positions) -> Any:
         blocks, rows = self._index.locate(positions)
-        groups = group_by_block(blocks)
-        decoded = self._decoded([b for b, _ in groups])
-        self._arena.get().count("items_read", int(positions.size))
+        self._slots.get().arena.count("items_read", int(positions.size))
         if self._columnar:
-            return self._columns_of(decoded, groups, rows, positions.size)
+            return self._columns_of(blocks, rows)
+        groups = group_by_block(blocks)
         out: list[Any] = [None] * positions.size
-        for b, where in groups:
-            cols = decoded[b]
-            for w, r in zip(where.tolist(), rows[where].tolist()):
-                out[w] = self._row(cols, r)
+        with self._pinned([b for b, _ in groups]) as decoded:
+            for b, where in groups:
+                cols = decoded[b].cols
+                for w, r in zip(where.tolist(), rows[where].tolist()):
+                    out[w] = self._row(cols, r)
         if self._transform is not None:
             w = 0
             try:  # (one try for the batch rather than a context manager per row)
@@ -232,29 +258,24 @@ class TableSource(Source[Any]):
                 raise
         return out
 
-    def _columns_of(self, decoded: dict, groups: list, rows: Positions, n: int) -> dict[str, np.ndarray]:
-        if len(groups) == 1:
-            cols = decoded[groups[0][0]]
-            return {name: col[rows] for name, col in cols.items()}
-        picks = [(decoded[b], where, rows[where]) for b, where in groups]
-        out = {}
-        for name in self._schema_names:
-            parts = [cols[name] for cols, _, _ in picks]
-            first = parts[0]
-            if all(p.dtype == first.dtype and p.shape[1:] == first.shape[1:] for p in parts):
-                dst = np.empty((n, *first.shape[1:]), dtype=first.dtype)
-                for col, (_, where, r) in zip(parts, picks):
-                    dst[where] = col[r]
-            else:  # blocks disagree (dtype, or rows of another length): one object per row
-                dst = np.empty(n, dtype=object)
-                for col, (_, where, r) in zip(parts, picks):
-                    if col.ndim == 1:
-                        dst[where] = col[r]
-                    else:
-                        for w, row in zip(where.tolist(), col[r]):
-                            dst[w] = row
-            out[name] = dst
-        return out
+    def _columns_of(self, blocks: Positions, rows: Positions) -> dict[str, np.ndarray]:
+        """The batch as columns: one ``take`` per column (from its block, or from the column's slot
+        buffer when the batch spans several blocks), else gathered block by block."""
+        n = int(blocks.size)
+        if n and blocks[0] == blocks[-1] and (blocks == blocks[0]).all():
+            b = int(blocks[0])
+            with self._pinned([b]) as decoded:
+                return {name: col[rows] for name, col in decoded[b].cols.items()}
+        uniq, which = np.unique(blocks, return_inverse=True)
+        keys = uniq.tolist()
+        state = self._slots.get()
+        with self._pinned(keys) as decoded:
+            parts = [decoded[b] for b in keys]
+            out = {}
+            for name in self._schema_names:
+                col = state.take(name, parts, which, rows)
+                out[name] = col if col is not None else _gather([p.cols[name] for p in parts], which, rows, n)
+            return out
 
     def _repr_args(self) -> str:
         extra = ", columnar=True" if self._columnar else ""

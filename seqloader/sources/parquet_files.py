@@ -23,8 +23,9 @@ file and the row group. Hive partition folders (``year=2024/``) become columns
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from seqloader.errors import add_note
 from seqloader.sources._footer import Footer, parquet_footer
@@ -100,10 +101,14 @@ def _check_schemas(files: Files, schemas: Sequence[Any], columns: list[str] | No
 
 
 class _Open:
-    """Per process: open ``ParquetFile`` objects (local files) and parsed footers (remote ones)."""
+    """Per process: for each local file read, its footer (checked against the index once) and its
+    idle ``ParquetFile`` readers. A reader is used by one thread at a time: pyarrow's
+    ``ParquetFile.read_row_group`` is not safe to call from two threads at once on one object (it
+    can crash the process), so a thread takes an idle reader of the file, or opens another one on
+    the same parsed footer, and gives it back after its read."""
 
     def __init__(self) -> None:
-        self.files: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self.files: collections.OrderedDict[int, tuple[Any, list[Any]]] = collections.OrderedDict()
         self.lock = threading.Lock()
 
 
@@ -158,41 +163,53 @@ class _Parquet(TableSource):
         self._file_columns = _check_schemas(self._files, schemas, wanted)
         self._schema_names = self._file_columns + parts if self._columns is None else list(self._columns)
 
-    def _file(self, k: int) -> Any:
-        """This process's ``ParquetFile`` (local) or ``FileMetaData`` (remote) of file ``k``. A local
-        file's footer is read again and compared with the index's once per process."""
-        if self._metas is not None:
-            return self._metas[k]
+    def _meta(self, k: int) -> Any:
+        """This process's parsed footer of local file ``k`` and its list of idle readers; the
+        footer is read again and compared with the index's once per process."""
         state = self._open.get()
         with state.lock:
-            if k in state.files:
+            entry = state.files.get(k)
+            if entry is not None:
                 state.files.move_to_end(k)
-                return state.files[k]
+                return entry
         footer = parquet_footer(_OP, self._files, k, check=True)
         if footer.digest != self._digests[k]:
             raise self._files.changed_content(k, f"its footer's digest is {footer.digest}, the index's "
                                                  f"{self._digests[k]}")
-        value = _pq().ParquetFile(self._files.infos[k].path, metadata=_parse(self._files, k, footer),
-                                  page_checksum_verification=True)
+        meta = _parse(self._files, k, footer)
         with state.lock:
-            state.files[k] = value
+            entry = state.files.setdefault(k, (meta, []))
             while len(state.files) > 64:
                 state.files.popitem(last=False)
-        return value
+        return entry
+
+    @contextlib.contextmanager
+    def _reader(self, k: int) -> Iterator[Any]:
+        """An idle ``ParquetFile`` of local file ``k`` for this thread alone, until the ``with`` ends."""
+        meta, idle = self._meta(k)
+        with self._open.get().lock:
+            pf = idle.pop() if idle else None
+        if pf is None:
+            pf = _pq().ParquetFile(self._files.infos[k].path, metadata=meta, page_checksum_verification=True)
+        try:
+            yield pf
+        finally:
+            with self._open.get().lock:
+                idle.append(pf)
 
     def _read_local(self, b: int) -> Any:
         k, g = self._where[b]
-        pf = self._file(k)
-        self._files.check(k)
-        try:
-            table = pf.read_row_group(g, columns=self._file_columns, use_threads=False)
-        except Exception as exc:
-            raise self._noted(exc, b)
+        with self._reader(k) as pf:
+            self._files.check(k)
+            try:
+                table = pf.read_row_group(g, columns=self._file_columns, use_threads=False)
+            except Exception as exc:
+                raise self._noted(exc, b)
         return self._with_partitions(table, k)
 
     def _read_remote(self, b: int) -> Any:
         k, g = self._where[b]
-        meta = self._file(k)
+        meta = self._metas[k]  # type: ignore[index]  # remote files keep their footers
         rg = meta.row_group(g)
         spans = []
         for j in range(rg.num_columns):

@@ -27,7 +27,7 @@ class Gate:
         self.fail = fail
         self.lock = threading.Lock()
 
-    def __call__(self, blocks):
+    def __call__(self, blocks, slots):
         with self.lock:
             self.calls.append(list(blocks))
         self.started.set()
@@ -35,6 +35,12 @@ class Gate:
         if self.fail is not None:
             raise self.fail
         return [({"block": b}, 100) for b in blocks]
+
+
+def get(arena: Arena, blocks, decode, describe=str) -> dict:
+    """The values of ``blocks`` (pinned only while they are read)."""
+    with arena.pinned(blocks, decode, describe) as values:
+        return dict(values)
 
 
 def run_in_thread(fn):
@@ -66,9 +72,9 @@ def wait_for_waiter(arena: Arena, n: int) -> None:
 def test_two_threads_asking_for_one_block_decode_it_once():
     arena: Arena = Arena(4, "test")
     gate = Gate()
-    t1, box1 = run_in_thread(lambda: arena.get([7], gate, str))
+    t1, box1 = run_in_thread(lambda: get(arena, [7], gate, str))
     assert gate.started.wait(BOUND)                      # thread 1 is decoding block 7 ...
-    t2, box2 = run_in_thread(lambda: arena.get([7], gate, str))
+    t2, box2 = run_in_thread(lambda: get(arena, [7], gate, str))
     wait_for_waiter(arena, 1)                            # ... and thread 2 waits for it
     gate.release.set()
     t1.join(BOUND), t2.join(BOUND)
@@ -98,7 +104,7 @@ def test_a_parquet_row_group_needed_by_two_threads_is_decoded_once(tmp_path, mon
     t1, box1 = run_in_thread(lambda: src.__getitems__([1, 2, 3]))
     assert entered.wait(BOUND)
     t2, box2 = run_in_thread(lambda: src.__getitems__([10, 4]))
-    wait_for_waiter(src._arena.get(), 1)
+    wait_for_waiter(src._slots.get().arena, 1)
     release.set()
     t1.join(BOUND), t2.join(BOUND)
     assert box1["value"]["x"].tolist() == [1, 2, 3] and box2["value"]["x"].tolist() == [10, 4]
@@ -111,12 +117,12 @@ def test_different_blocks_decode_at_the_same_time():
     arena: Arena = Arena(4, "test")
     both = threading.Barrier(2, timeout=BOUND)
 
-    def decode(blocks):
+    def decode(blocks, slots):
         both.wait()  # returns only when the other thread is inside its decode too
         return [(b, 1) for b in blocks]
 
-    t1, box1 = run_in_thread(lambda: arena.get([1], decode, str))
-    t2, box2 = run_in_thread(lambda: arena.get([2], decode, str))
+    t1, box1 = run_in_thread(lambda: get(arena, [1], decode, str))
+    t2, box2 = run_in_thread(lambda: get(arena, [2], decode, str))
     t1.join(BOUND), t2.join(BOUND)
     assert box1["value"] == {1: 1} and box2["value"] == {2: 2}
     assert arena.counters()["blocks_decoded"] == 2
@@ -125,9 +131,9 @@ def test_different_blocks_decode_at_the_same_time():
 def test_an_error_in_the_decode_reaches_every_waiter_and_is_not_remembered():
     arena: Arena = Arena(4, "test")
     gate = Gate(fail=OSError("disk on fire"))
-    t1, box1 = run_in_thread(lambda: arena.get([3], gate, str))
+    t1, box1 = run_in_thread(lambda: get(arena, [3], gate, str))
     assert gate.started.wait(BOUND)
-    t2, box2 = run_in_thread(lambda: arena.get([3], gate, str))
+    t2, box2 = run_in_thread(lambda: get(arena, [3], gate, str))
     wait_for_waiter(arena, 1)
     gate.release.set()
     t1.join(BOUND), t2.join(BOUND)
@@ -136,18 +142,18 @@ def test_an_error_in_the_decode_reaches_every_waiter_and_is_not_remembered():
     assert gate.calls == [[3]]
     assert arena.counters()["blocks_decoded"] == 0
     gate.fail = None  # a later read tries again
-    assert arena.get([3], gate, str) == {3: {"block": 3}}
+    assert get(arena, [3], gate, str) == {3: {"block": 3}}
 
 
 def test_a_waiter_gives_up_after_the_bound_naming_the_block(monkeypatch):
     monkeypatch.setattr(_arena, "WAIT_TIMEOUT", 0.0)
     arena: Arena = Arena(4, "parquet")
     gate = Gate()
-    t1, box1 = run_in_thread(lambda: arena.get([5], gate, lambda b: f"row group {b} of a.parquet"))
+    t1, box1 = run_in_thread(lambda: get(arena, [5], gate, lambda b: f"row group {b} of a.parquet"))
     assert gate.started.wait(BOUND)
     with pytest.raises(TimeoutError, match=re.escape("parquet: waited 0 s for row group 5 of a.parquet, which "
                                                      "another thread of this process is decoding")):
-        arena.get([5], gate, lambda b: f"row group {b} of a.parquet")
+        get(arena, [5], gate, lambda b: f"row group {b} of a.parquet")
     gate.release.set()
     t1.join(BOUND)
     assert box1["value"] == {5: {"block": 5}}
@@ -155,11 +161,11 @@ def test_a_waiter_gives_up_after_the_bound_naming_the_block(monkeypatch):
 
 def test_the_arena_keeps_the_blocks_used_last_and_a_batch_larger_than_it_still_gets_all():
     arena: Arena = Arena(2, "test")
-    decode = (lambda blocks: [(b * 10, 1) for b in blocks])
-    assert arena.get([1, 2, 3], decode, str) == {1: 10, 2: 20, 3: 30}
+    decode = (lambda blocks, slots: [(b * 10, 1) for b in blocks])
+    assert get(arena, [1, 2, 3], decode, str) == {1: 10, 2: 20, 3: 30}
     assert arena.kept() == [2, 3]
-    assert arena.get([2], decode, str) == {2: 20} and arena.kept() == [3, 2]
-    assert arena.get([4], decode, str) == {4: 40} and arena.kept() == [2, 4]
+    assert get(arena, [2], decode, str) == {2: 20} and arena.kept() == [3, 2]
+    assert get(arena, [4], decode, str) == {4: 40} and arena.kept() == [2, 4]
     assert arena.counters()["blocks_decoded"] == 4
 
 
@@ -170,7 +176,7 @@ def test_many_threads_with_a_tiny_switch_interval_decode_each_block_once():
     decodes: list[int] = []
     lock = threading.Lock()
 
-    def decode(blocks):
+    def decode(blocks, slots):
         with lock:
             decodes.extend(blocks)
         return [(np.full(3, b), 1) for b in blocks]
@@ -183,7 +189,7 @@ def test_many_threads_with_a_tiny_switch_interval_decode_each_block_once():
         rng = np.random.default_rng(k)
         for _ in range(200):
             want = sorted(set(rng.integers(0, 16, 3).tolist()))
-            got = arena.get(want, decode, str)
+            got = get(arena, want, decode)
             if sorted(got) != want or any(got[b].tolist() != [b] * 3 for b in want):
                 errors.append(AssertionError(f"thread {k}: {got}"))
 
@@ -200,3 +206,30 @@ def test_many_threads_with_a_tiny_switch_interval_decode_each_block_once():
     assert not errors and not any(t.is_alive() for t in threads)
     assert sorted(decodes) == list(range(16))
     assert arena.counters()["blocks_decoded"] == 16
+
+
+def test_a_pinned_block_is_neither_evicted_nor_has_its_slot_reused():
+    arena: Arena = Arena(2, "test")
+    decode = (lambda blocks, slots: [((b, s), 1) for b, s in zip(blocks, slots)])
+    with arena.pinned([0, 1], decode, str) as held:
+        assert held == {0: (0, 0), 1: (1, 1)}
+        with arena.pinned([2], decode, str) as more:
+            assert more == {2: (2, None)}                    # every slot pinned: none for block 2
+            assert arena.kept() == [0, 1, 2]                 # over capacity while pinned
+        assert arena.kept() == [0, 1]                        # 2, the only one unpinned, is dropped
+    assert get(arena, [3], decode) == {3: (3, 0)}           # 0, least recently used, gives its slot
+    assert arena.kept() == [1, 3]
+
+
+def test_an_error_releases_the_pins_and_slots_of_the_call():
+    arena: Arena = Arena(2, "test")
+    ok = (lambda blocks, slots: [((b, s), 1) for b, s in zip(blocks, slots)])
+
+    def fail(blocks, slots):
+        raise ValueError("bad block")
+
+    assert get(arena, [0], ok) == {0: (0, 0)}
+    with pytest.raises(ValueError, match="bad block"):
+        get(arena, [0, 1], fail)                             # 0 kept (pinned, then released); 1 fails
+    assert arena.kept() == [0]
+    assert get(arena, [1, 2], ok) == {1: (1, 1), 2: (2, 0)}  # slot 1 was given back; 0 evicted for 2

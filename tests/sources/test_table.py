@@ -115,3 +115,54 @@ def test_a_loader_gives_the_same_2d_batches_on_every_executor(token_file):
         assert len(got) == len(ref)
         assert all(torch.equal(a["tokens"], b["tokens"]) and torch.equal(a["label"], b["label"])
                    for a, b in zip(ref, got))
+
+
+def test_a_batch_across_row_groups_is_one_take_from_the_slot_buffers(tmp_path):
+    write(tmp_path / "a.parquet", [pa.table({"x": np.arange(k * 10, k * 10 + 10), "tokens": tokens(10, 3, start=30 * k)})
+                                   for k in range(4)])
+    src = seqloader.parquet(tmp_path, columnar=True, cache_blocks=4)
+    batch = src.__getitems__([35, 2, 17, 38, 2])
+    assert batch["x"].tolist() == [35, 2, 17, 38, 2]
+    assert batch["tokens"].tolist() == np.arange(120).reshape(40, 3)[[35, 2, 17, 38, 2]].tolist()
+    slots = src._slots.get()
+    assert sorted(slots._buffers) == ["tokens", "x"] and slots._buffers["tokens"].shape == (40, 3)
+    with src._pinned([0, 1, 3]) as decoded:
+        assert all(decoded[b].slotted == {"x", "tokens"} for b in (0, 1, 3))
+
+
+def test_threads_reading_a_small_arena_at_once_get_exact_batches():
+    """Slots are reused as blocks leave the arena, never under a batch that reads them: 8 threads,
+    a switch interval of 1 µs, 3 slots for 12 row groups, and every batch is checked."""
+    import sys
+    import tempfile
+    import threading
+
+    folder = tempfile.mkdtemp()
+    write(f"{folder}/a.parquet", [pa.table({"x": np.arange(k * 20, k * 20 + 20), "tokens": tokens(20, 2, start=40 * k)})
+                                  for k in range(12)])
+    src = seqloader.parquet(folder, columnar=True, cache_blocks=3)
+    want = np.arange(480).reshape(240, 2)
+    errors: list[str] = []
+    start = threading.Barrier(8, timeout=30)
+
+    def reader(seed: int):
+        start.wait()
+        rng = np.random.default_rng(seed)
+        for _ in range(60):
+            pos = rng.integers(0, 240, rng.integers(1, 12)).tolist()
+            got = src.__getitems__(pos)
+            if got["x"].tolist() != pos or got["tokens"].tolist() != want[pos].tolist():
+                errors.append(f"{pos}: {got}")
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=reader, args=(k,), daemon=True) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert len(src._slots.get().arena.kept()) <= 3
