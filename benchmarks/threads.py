@@ -66,6 +66,16 @@ def _loader(dataset: Any, sampler: Any, num_workers: int, method: str, threads: 
 # --------------------------------------------------------------------------- Parquet
 
 
+def cache_blocks(window: int, num_workers: int, method: str, threads: int) -> int:
+    """The arena a block shuffle of ``window`` needs per process (see ``seqloader/sources/_table.py``):
+    a window for a worker process; two for a process whose threads read its lane
+    (``threads_per_worker``), whose batches straddle the change of window; and one per thread
+    worker plus one, for the thread that moves on to its next window while the others read theirs."""
+    if method == "thread" and num_workers:
+        return window * (num_workers + 1)
+    return window * (2 if threads > 1 else 1)
+
+
 def _scan(paths: list[str]) -> float:
     import pyarrow.parquet as pq
 
@@ -102,11 +112,12 @@ def threads_parquet(opts: Options) -> list[Row]:
         folder = os.path.join(tmp, "tokens")
         write_token_files(folder, files, rows, tokens)
         paths = sorted(os.path.join(folder, f) for f in os.listdir(folder))
-        total = sum(read_tokens(p, 0).nbytes + 4 * (rows + 1) for p in paths)  # Arrow's nbytes: values, offsets
+        probe = seqloader.parquet(folder)
+        total = sum(probe._read_blocks([b])[0].nbytes for b in range(len(paths)))  # what the counters count
         n = files * rows
 
         def seq(label: str, num_workers: int, method: str, threads: int) -> float:
-            cache = window * (num_workers if method == "thread" and num_workers else 1)
+            cache = cache_blocks(window, num_workers, method, threads)
             src = seqloader.parquet(folder, columnar=True, cache_blocks=cache)
             sampler = seqloader.BlockShuffleSampler(src, window=window, seed=0)
             seen: dict[int, int] = {}
@@ -152,7 +163,7 @@ def threads_parquet(opts: Options) -> list[Row]:
                notes=f"the ratio base; BlockShuffleSampler(window={window}, lanes=2), an LRU of {window} row "
                      "groups per worker, a row per __getitem__")]
     for label, w, method, threads in EXECUTORS:
-        cache = window * (w if method == "thread" and w else 1)
+        cache = cache_blocks(window, w, method, threads)
         out.append(row(label, label, w, f"bytes decoded / dataset {decoded[label]:.2f}; cache_blocks={cache}"))
     out.append(row("SPDL pipeline over the row groups, 2 threads", "spdl", 2,
                    "one process; row groups in a shuffled order, rows in file order"))

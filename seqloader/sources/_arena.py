@@ -135,18 +135,24 @@ class Arena(Generic[V]):
         mine: list[tuple[int, _Entry]] = []
         theirs: list[tuple[int, _Entry]] = []
         with self._lock:
-            for b in blocks:
+            missing = []
+            for b in blocks:   # first pin what is there, so that claiming a slot cannot evict it
                 entry = self._entries.get(b)
                 if entry is None:
-                    entry = self._entries[b] = _Entry(self._slot())
-                    mine.append((b, entry))
-                elif entry.done.is_set():
+                    missing.append(b)
+                    continue
+                if entry.done.is_set():
                     self._kept.move_to_end(b)
                     out[b] = entry.value  # type: ignore[assignment]  # a kept entry holds its value
                 else:
                     theirs.append((b, entry))
                 entry.pins += 1
                 held.append(entry)
+            for b in missing:
+                entry = self._entries[b] = _Entry(self._slot())
+                entry.pins += 1
+                held.append(entry)
+                mine.append((b, entry))
             self._counters["blocks_waited"] += len(theirs)
         try:
             if mine:

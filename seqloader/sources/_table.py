@@ -16,13 +16,19 @@ answers:
   ``torch.utils.data.default_convert`` turns the dict into tensors, a token column into one
   ``(batch, length)`` tensor: ``collate_fn=default_convert`` is the matching collate.
 
-How many blocks to keep: a block shuffle (``BlockShuffleSampler(window=w)``) reads the ``w``
-blocks of one window at a time in each lane, and with ``lanes`` equal to the loader's
-``num_workers`` each worker reads its own lane. So ``cache_blocks >= w`` for worker processes
-(each has its own arena and lane), ``cache_blocks >= w * num_workers`` for thread workers
-(``worker_method="thread"``: one arena for every lane), and ``>= w`` with ``threads_per_worker``
-(the threads of a process read the batches of its one lane). Fewer, and a window's blocks are
-decoded again while it is read.
+How many blocks to keep (``cache_blocks``): a block shuffle (``BlockShuffleSampler(window=w)``)
+reads the ``w`` blocks of one window at a time in each lane, and with ``lanes`` equal to the
+loader's ``num_workers`` each worker reads its own lane, one window after another. So:
+
+* worker processes: ``cache_blocks >= w`` (each process has its own arena and lane);
+* ``threads_per_worker=k``: ``>= 2 * w`` (the threads of a process read the batches of its lane:
+  while some finish a window, others begin the next);
+* thread workers (``worker_method="thread"``, one arena for every lane):
+  ``>= w * (num_workers + 1)``: a window per thread, and one for the thread that moves on to its
+  next window while the others read theirs (with ``w * num_workers`` the least recently used
+  blocks evicted then can be another thread's current window, decoded again).
+
+Fewer, and a window's blocks are decoded again while it is read.
 
 A decoded block must hold as many rows as the index says (a footer that promises other counts
 than its pages hold is refused, naming the file and the block), and an error raised while
@@ -266,7 +272,8 @@ class TableSource(Source[Any]):
             b = int(blocks[0])
             with self._pinned([b]) as decoded:
                 return {name: col[rows] for name, col in decoded[b].cols.items()}
-        uniq, which = np.unique(blocks, return_inverse=True)
+        uniq = np.unique(blocks)
+        which = np.searchsorted(uniq, blocks)   # (cheaper than unique's return_inverse)
         keys = uniq.tolist()
         state = self._slots.get()
         with self._pinned(keys) as decoded:

@@ -233,3 +233,17 @@ def test_an_error_releases_the_pins_and_slots_of_the_call():
         get(arena, [0, 1], fail)                             # 0 kept (pinned, then released); 1 fails
     assert arena.kept() == [0]
     assert get(arena, [1, 2], ok) == {1: (1, 1), 2: (2, 0)}  # slot 1 was given back; 0 evicted for 2
+
+
+def test_claiming_a_slot_never_evicts_a_block_the_same_call_needs():
+    arena: Arena = Arena(2, "test")
+    decodes: list[int] = []
+
+    def decode(blocks, slots):
+        decodes.extend(blocks)
+        return [((b, s), 1) for b, s in zip(blocks, slots)]
+
+    get(arena, [6], decode)
+    get(arena, [5], decode)                                   # kept: 6 (slot 0), then 5 (slot 1)
+    assert get(arena, [1, 6], decode) == {1: (1, 1), 6: (6, 0)}   # 1 takes 5's slot, not 6's
+    assert decodes == [6, 5, 1]
