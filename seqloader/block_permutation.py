@@ -161,6 +161,7 @@ class BlockPermutation:
         nb = len(ends)
         self._n = int(ends[-1]) if nb else 0
         self._shuffled = self._window != 0 and self._n > 0
+        self._wkey: _I64 | None = None  # the key of window w is w, unless seams are split
         if not self._shuffled:
             return
         per = nb if self._window is None else min(self._window, nb)
@@ -171,7 +172,6 @@ class BlockPermutation:
         self._cum = cum                 # start of permuted slot j in the windowed order
         self._src = starts[order]       # data index of the first row of permuted slot j
         self._wstart = cum if per == 1 else np.ascontiguousarray(cum[np.append(np.arange(0, nb, per), nb)])
-        self._wkey = None  # the key of window w is w, unless seams are split
         if self._split and self._window is not None and self._lanes > 1:
             self._split_seams()
         self._key = derive_seed(self._seed, "block_shuffle", 1)

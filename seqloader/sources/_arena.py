@@ -32,9 +32,8 @@ same lock.
 from __future__ import annotations
 
 import collections
-import contextlib
 import threading
-from typing import Callable, Generic, Iterator, Optional, Sequence, TypeVar
+from typing import Callable, Generic, Optional, Sequence, TypeVar
 
 from seqloader.errors import check_positive_int
 
@@ -101,18 +100,13 @@ class Arena(Generic[V]):
         with self._lock:
             return dict(self._counters)
 
-    def count(self, name: str, n: int) -> None:
-        """Add ``n`` to counter ``name``."""
-        with self._lock:
-            self._counters[name] += n
-
     def kept(self) -> list[int]:
         """The blocks kept, least recently used first."""
         with self._lock:
             return list(self._kept)
 
-    @contextlib.contextmanager
-    def pinned(self, blocks: Sequence[int], decode: Decode, describe: Callable[[int], str]) -> Iterator[dict[int, V]]:
+    def pinned(self, blocks: Sequence[int], decode: Decode, describe: Callable[[int], str],
+               items: int = 0) -> "_Pinned[V]":
         """``with arena.pinned(blocks, decode, describe) as values:`` the decoded value of each of
         ``blocks`` (distinct ints), pinned until the ``with`` block ends; the blocks neither kept
         nor being decoded by another thread are decoded here.
@@ -123,6 +117,7 @@ class Arena(Generic[V]):
                 ``missing`` in order (``slots[i]``: the slot of ``missing[i]``, or ``None``);
                 called without the lock held, at most once per call.
             describe: ``describe(block)`` names a block in a message (``"row group 3 of a.parquet"``).
+            items: added to the ``items_read`` counter (under the same lock).
 
         Raises:
             TimeoutError: another thread's decode of a block did not finish within
@@ -130,8 +125,13 @@ class Arena(Generic[V]):
             Exception: whatever ``decode`` raised, here or in the thread that decoded a block
                 this call waited for.
         """
+        return _Pinned(self, blocks, decode, describe, items)
+
+    def _pin(self, blocks: Sequence[int], decode: Decode, describe: Callable[[int], str],
+             items: int) -> tuple[dict[int, V], list[_Entry]]:
+        """The values of ``blocks`` and the entries pinned for them (unpinned again if this raises)."""
         out: dict[int, V] = {}
-        held: list[_Entry] = []      # entries this call pinned (released at the end, whatever happens)
+        held: list[_Entry] = []      # entries this call pinned
         mine: list[tuple[int, _Entry]] = []
         theirs: list[tuple[int, _Entry]] = []
         with self._lock:
@@ -154,6 +154,7 @@ class Arena(Generic[V]):
                 held.append(entry)
                 mine.append((b, entry))
             self._counters["blocks_waited"] += len(theirs)
+            self._counters["items_read"] += items
         try:
             if mine:
                 self._decode(mine, decode, out)
@@ -165,12 +166,16 @@ class Arena(Generic[V]):
                 if entry.error is not None:
                     raise entry.error
                 out[b] = entry.value  # type: ignore[assignment]  # set with done, by the decoding thread
-            yield out
-        finally:
-            with self._lock:
-                for entry in held:
-                    entry.pins -= 1
-                self._trim()
+        except BaseException:
+            self._unpin(held)
+            raise
+        return out, held
+
+    def _unpin(self, held: list[_Entry]) -> None:
+        with self._lock:
+            for entry in held:
+                entry.pins -= 1
+            self._trim()
 
     def _slot(self) -> Optional[int]:
         """A free slot, or the slot of the least recently used unpinned block (evicted), or ``None``."""
@@ -224,3 +229,20 @@ class Arena(Generic[V]):
             self._trim()
         for _, entry in mine:
             entry.done.set()
+
+
+class _Pinned(Generic[V]):
+    """What :meth:`Arena.pinned` returns: pins on ``__enter__``, unpins on ``__exit__``."""
+
+    __slots__ = ("_arena", "_args", "_held")
+
+    def __init__(self, arena: Arena[V], *args: object):
+        self._arena, self._args = arena, args
+        self._held: list[_Entry] = []
+
+    def __enter__(self) -> dict[int, V]:
+        out, self._held = self._arena._pin(*self._args)  # type: ignore[arg-type]  # pinned()'s arguments
+        return out
+
+    def __exit__(self, *exc: object) -> None:
+        self._arena._unpin(self._held)

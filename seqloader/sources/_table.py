@@ -201,10 +201,10 @@ class TableSource(Source[Any]):
         took from another thread's decode (``blocks_waited``), items read."""
         return self._slots.get().arena.counters()
 
-    def _pinned(self, blocks: Sequence[int]) -> Any:
+    def _pinned(self, blocks: Sequence[int], items: int = 0) -> Any:
         """``with self._pinned(blocks) as decoded:`` ``{block: Block}``, decoded at most once while
-        they stay in the arena, and not reused while the ``with`` block runs."""
-        return self._slots.get().arena.pinned(blocks, self._decode, self._block_name)
+        they stay in the arena, and not reused while the ``with`` block runs (``items``: items read)."""
+        return self._slots.get().arena.pinned(blocks, self._decode, self._block_name, items)
 
     def _decode(self, blocks: list[int], slots: list[int | None]) -> list[tuple[Block, int]]:
         """Read and convert ``blocks``, into their slots (called by the arena without its lock)."""
@@ -229,9 +229,8 @@ class TableSource(Source[Any]):
     def _item(self, i: int) -> Any:
         b, r = self._index.locate([i])
         block = int(b[0])
-        with self._pinned([block]) as decoded:
+        with self._pinned([block], 1) as decoded:
             row = self._row(decoded[block].cols, int(r[0]))
-        self._slots.get().arena.count("items_read", 1)
         if self._transform is None:
             return row
         try:
@@ -243,12 +242,11 @@ class TableSource(Source[Any]):
 
     def _items(self, positions: Positions) -> Any:
         blocks, rows = self._index.locate(positions)
-        self._slots.get().arena.count("items_read", int(positions.size))
         if self._columnar:
             return self._columns_of(blocks, rows)
         groups = group_by_block(blocks)
         out: list[Any] = [None] * positions.size
-        with self._pinned([b for b, _ in groups]) as decoded:
+        with self._pinned([b for b, _ in groups], int(positions.size)) as decoded:
             for b, where in groups:
                 cols = decoded[b].cols
                 for w, r in zip(where.tolist(), rows[where].tolist()):
@@ -270,13 +268,13 @@ class TableSource(Source[Any]):
         n = int(blocks.size)
         if n and blocks[0] == blocks[-1] and (blocks == blocks[0]).all():
             b = int(blocks[0])
-            with self._pinned([b]) as decoded:
+            with self._pinned([b], n) as decoded:
                 return {name: col[rows] for name, col in decoded[b].cols.items()}
         uniq = np.unique(blocks)
         which = np.searchsorted(uniq, blocks)   # (cheaper than unique's return_inverse)
         keys = uniq.tolist()
         state = self._slots.get()
-        with self._pinned(keys) as decoded:
+        with self._pinned(keys, n) as decoded:
             parts = [decoded[b] for b in keys]
             out = {}
             for name in self._schema_names:
