@@ -19,7 +19,9 @@ baselines of issue 28, interleaved (``best_of``) so that the machine's load hits
 * ``threads_memory``: a map-style dataset holding 1.2M ``(path, label)`` pairs, batch 256, 2
   workers, each loader in a fresh subprocess: peak PSS of the process tree over an epoch and the
   seconds to the first batch.
-* ``threads_tiny``: 200,000 ints, batch 256, 2 workers: GIL-bound, where threads lose.
+* ``threads_tiny``: 200,000 ints, batch 256, 2 workers (the items cost nothing: what is measured
+  is each loader's own work per batch), and 4,000 items of ~0.3 ms of pure Python each, batch 64
+  (the GIL lets one thread run at a time: where threads lose).
 * ``threads_latency``: items that wait 20 ms (``benchmarks.sources.SleepyFiles``), batch 32, 2
   processes: ``threads_per_worker=16`` against Grain (``ReadOptions(num_threads=16)``, 2
   ``mp_prefetch`` workers; the ratio base), and 32 thread workers.
@@ -43,8 +45,8 @@ from torch.utils.data import DataLoader, default_convert
 
 import seqloader
 from benchmarks.common import IntDataset, Options, Row, best_of
-from benchmarks.threads_data import (PssSampler, RowIndex, TarIndex, decode_jpeg, read_tokens, write_jpeg_shards,
-                                     write_token_files)
+from benchmarks.threads_data import (PathLabels, PssSampler, PythonItems, RowIndex, TarIndex, decode_jpeg,
+                                     read_tokens, write_jpeg_shards, write_token_files)
 
 __all__ = ["THREADS_WORKLOADS", "threads_latency", "threads_memory", "threads_parquet", "threads_tar",
            "threads_tiny"]
@@ -251,19 +253,6 @@ def threads_tar(opts: Options) -> list[Row]:
 # --------------------------------------------------------------------------- memory
 
 
-class PathLabels(torch.utils.data.Dataset):
-    """``n`` ``(path, label)`` pairs held as Python objects (an image list's index)."""
-
-    def __init__(self, n: int):
-        self.items = [(f"/data/train/n{i % 1000:08d}/n{i % 1000:08d}_{i:08d}.JPEG", i % 1000) for i in range(n)]
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, i: int) -> tuple[str, int]:
-        return self.items[i]
-
-
 def memory_child(loader: str, n: int) -> dict:
     """In a fresh process: build :class:`PathLabels` of ``n``, read one epoch (batch 256, 2 workers)
     with ``loader`` (``"thread"``, ``"process"`` or ``"torch"``); peak PSS, first batch, epoch."""
@@ -324,8 +313,9 @@ def threads_memory(opts: Options) -> list[Row]:
 
 
 def threads_tiny(opts: Options) -> list[Row]:
-    """200,000 ints, batch 256, 2 workers: GIL-bound items, threads against processes and torch."""
-    data = IntDataset(5_000 if opts.quick else 200_000)
+    """200,000 ints, batch 256, 2 workers (and 4,000 items of pure Python work, batch 64):
+    threads against processes and torch, where the GIL decides."""
+    tiny, heavy = (IntDataset(5_000), PythonItems(200)) if opts.quick else (IntDataset(200_000), PythonItems(4_000))
 
     def epoch(make: Callable[[], Any]) -> float:
         t0 = time.perf_counter()
@@ -333,17 +323,25 @@ def threads_tiny(opts: Options) -> list[Row]:
             pass
         return time.perf_counter() - t0
 
-    best = best_of(opts.repeat, {
-        "threads": lambda: epoch(lambda: _loader(data, None, 2, "thread", 1, batch_size=256, shuffle=True)),
-        "processes": lambda: epoch(lambda: _loader(data, None, 2, "multiprocessing", 1, batch_size=256, shuffle=True)),
-        "torch": lambda: epoch(lambda: DataLoader(data, batch_size=256, shuffle=True, num_workers=2))})
-    n = len(data)
-    return [Row("threads_tiny", "seqloader, threads", 2, n / best["threads"], "samples/s",
-                ratio=best["torch"] / best["threads"],
-                notes=f"{best['processes'] / best['threads']:.2f}x seqloader's processes: GIL-bound, threads lose"),
-            Row("threads_tiny", "seqloader, processes", 2, n / best["processes"], "samples/s",
-                ratio=best["torch"] / best["processes"]),
-            Row("threads_tiny", "torch DataLoader", 2, n / best["torch"], "samples/s", notes=f"{n:,} ints, batch 256")]
+    runs: dict[str, Callable[[], float]] = {}
+    for name, data, bs in (("tiny", tiny, 256), ("python", heavy, 64)):
+        runs[f"{name}-threads"] = lambda d=data, b=bs: epoch(lambda: _loader(d, None, 2, "thread", 1, batch_size=b,
+                                                                               shuffle=True))
+        runs[f"{name}-processes"] = lambda d=data, b=bs: epoch(lambda: _loader(d, None, 2, "multiprocessing", 1,
+                                                                                 batch_size=b, shuffle=True))
+        runs[f"{name}-torch"] = lambda d=data, b=bs: epoch(lambda: DataLoader(d, batch_size=b, shuffle=True,
+                                                                               num_workers=2))
+    best = best_of(opts.repeat, runs)
+    out = []
+    for name, data, what in (("tiny", tiny, f"{len(tiny):,} ints, batch 256"),
+                             ("python", heavy, f"{len(heavy):,} items of ~0.3 ms of pure Python, batch 64")):
+        n, t, p, base = len(data), best[f"{name}-threads"], best[f"{name}-processes"], best[f"{name}-torch"]
+        label = "" if name == "tiny" else " (Python items)"
+        out += [Row("threads_tiny", f"seqloader, threads{label}", 2, n / t, "samples/s", ratio=base / t,
+                    notes=f"{p / t:.2f}x seqloader's processes"),
+                Row("threads_tiny", f"seqloader, processes{label}", 2, n / p, "samples/s", ratio=base / p),
+                Row("threads_tiny", f"torch DataLoader{label}", 2, n / base, "samples/s", notes=what)]
+    return out
 
 
 def threads_latency(opts: Options) -> list[Row]:
