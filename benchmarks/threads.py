@@ -193,7 +193,7 @@ def threads_tar(opts: Options) -> list[Row]:
     try:
         folder = os.path.join(tmp, "shards")
         urls = write_jpeg_shards(folder, shards, per, side)
-        seqloader.tar_shards(folder)   # the index, cached before timing
+        src = seqloader.tar_shards(folder, transform=decode_jpeg)   # both indexes built before timing
         index = TarIndex(urls)
         ends = np.cumsum([per] * shards)
 
@@ -207,7 +207,6 @@ def threads_tar(opts: Options) -> list[Row]:
             return seqloader.BlockShuffleSampler(data, blocks=ends, window=2, seed=0, lanes=2, chunk=BATCH)
 
         def tar(method: str) -> Any:
-            src = seqloader.tar_shards(folder, transform=decode_jpeg)
             return _loader(src, sampler(src), 2, method, 1)
 
         runs: dict[str, Callable[[], float]] = {
