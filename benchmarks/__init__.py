@@ -16,7 +16,11 @@ map-style datasets, ``benchmarks.iterable`` those on an ``IterableDataset``,
 that should stay flat in the dataset's size (resume, ``mix``), ``benchmarks.sources`` the data
 sources, ``benchmarks.packing`` ``seqloader.pack`` against Grain's packing, ``benchmarks.threads``
 thread workers against worker processes (issue 28; its files and baselines in
-``benchmarks.threads_data``), and ``benchmarks.common`` what they share.
+``benchmarks.threads_data``), and ``benchmarks.common`` what they share. :data:`OPT_IN` holds the workloads that run only when
+named: ``benchmarks.ray``, the Ray executor on a local cluster against the process executor
+(minutes: clusters started, nodes killed)::
+
+    python -m benchmarks --workloads ray_overhead,ray_scaling,ray_node_loss --markdown
 """
 
 from __future__ import annotations
@@ -29,21 +33,24 @@ from benchmarks.iterable import ITERABLE_WORKLOADS
 from benchmarks.loader import LOADER_WORKLOADS
 from benchmarks.packing import PACKING_WORKLOADS
 from benchmarks.prefetch import PREFETCH_WORKLOADS
+from benchmarks.ray import RAY_WORKLOADS
 from benchmarks.scale import SCALE_WORKLOADS
 from benchmarks.sources import SOURCE_WORKLOADS
 from benchmarks.threads import THREADS_WORKLOADS
 
-__all__ = ["Options", "Row", "WORKLOADS", "format_rows", "run"]
+__all__ = ["OPT_IN", "Options", "Row", "WORKLOADS", "format_rows", "run"]
 
 #: Workload name -> function(Options) -> rows, in the order ``python -m benchmarks`` runs them.
 WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
     **PREFETCH_WORKLOADS, **LOADER_WORKLOADS, **ITERABLE_WORKLOADS, **FEATURE_WORKLOADS, **SCALE_WORKLOADS,
     **SOURCE_WORKLOADS, **PACKING_WORKLOADS, **THREADS_WORKLOADS}
+#: Workloads run only when named (``--workloads``), never by default: they start Ray clusters.
+OPT_IN: dict[str, Callable[[Options], list[Row]]] = {**RAY_WORKLOADS}
 
 
 def run(names: Iterable[str], opts: Options) -> list[Row]:
     """Run the named workloads in order and return all their rows."""
     rows: list[Row] = []
     for name in names:
-        rows += WORKLOADS[name](opts)
+        rows += {**WORKLOADS, **OPT_IN}[name](opts)
     return rows

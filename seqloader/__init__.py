@@ -41,6 +41,7 @@ _EXPORTS = {
     "starmap": "seqloader.sequences.tuples",
     "prefetch": "seqloader.prefetcher.api",
     "Prefetch": "seqloader.prefetcher.prefetch",
+    "RayWorkers": "seqloader.prefetcher.ray_options",
     "DataLoader": "seqloader.loader.dataloader",
     "StatefulDataLoader": "seqloader.loader.dataloader",
     "BijectiveShuffleSampler": "seqloader.shuffle_sampler",
@@ -87,6 +88,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-
     from seqloader.weighted_sampler import WeightedSampler as WeightedSampler
     from seqloader.prefetcher.api import prefetch as prefetch
     from seqloader.prefetcher.prefetch import Prefetch as Prefetch
+    from seqloader.prefetcher.ray_options import RayWorkers as RayWorkers
     from seqloader.sampler import Stateful as Stateful, StatefulDistributedSampler as StatefulDistributedSampler
     from seqloader.packing.keep import keep as keep
     from seqloader.packing.pack import pack as pack

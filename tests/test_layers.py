@@ -177,3 +177,17 @@ def test_the_checker_sees_imports(tmp_path):
     assert imported_modules(probe) == {"torch.nn", "multiprocessing", "torch", "seqloader.loader",
                                        "seqloader.loader.state"}
     assert layer_of("seqloader.loader.state") == 3 and layer_of("seqloader.sequences.mix") == 1
+
+
+def test_ray_is_imported_only_by_the_ray_executor():
+    """``ray`` is an optional extra: importing seqloader, its options object and the thread backend
+    never imports it (nor torch)."""
+    code = ("import sys, seqloader\n"
+            "from seqloader import RayWorkers, prefetch\n"
+            "with prefetch(range(4), 2, method='thread') as p:\n"
+            "    assert list(p) == [0, 1, 2, 3]\n"
+            "assert RayWorkers(num_cpus=2).needs() == {'CPU': 2}\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'torch')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -12,19 +12,15 @@ import itertools
 import os
 import pickle
 import re
-import select
 import threading
 import time
-import warnings
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from forking import BOUND, run_in_fork, wait_until
 from seqloader.threads import ThreadPool
-
-#: Seconds: the bound of every wait in these tests (never reached unless something is broken).
-BOUND = 60.0
 
 _names = itertools.count()
 
@@ -35,16 +31,6 @@ def unique_name() -> str:
 
 def threads_named(name: str) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(name + "-")]
-
-
-def wait_until(predicate, bound: float = BOUND) -> bool:
-    """Poll ``predicate`` until it holds or ``bound`` seconds pass (a bound, never a timing)."""
-    deadline = time.monotonic() + bound
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 class Gauge:
@@ -294,39 +280,6 @@ def test_argument_errors_name_the_argument(args, kwargs, exc, msg):
 
 
 # -- fork ---------------------------------------------------------------------------------------
-
-def run_in_fork(child) -> str:
-    """Fork; the child runs ``child()`` and reports ``repr`` of its result (or error) through a pipe."""
-    r, w = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork of a multi-threaded process
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        try:
-            try:
-                msg = repr(child())
-            except BaseException as exc:
-                msg = f"child raised {exc!r}"
-            os.write(w, msg.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks = []
-    deadline = time.monotonic() + BOUND
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([r], [], [], deadline - time.monotonic())
-            data = os.read(r, 65536) if ready else b""
-            if not data:
-                break
-            chunks.append(data)
-    finally:
-        os.close(r)
-        if not wait_until(lambda: os.waitpid(pid, os.WNOHANG)[0] != 0):
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-    return b"".join(chunks).decode()
-
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
 def test_a_forked_child_starts_its_own_threads():

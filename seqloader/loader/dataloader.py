@@ -47,6 +47,7 @@ from seqloader.loader.stats import LoaderStats
 from seqloader.loader.steps import schedule_of
 from seqloader.loader.torch_compat import pin_device
 from seqloader.loader.workers import Workers, check_threads_per_worker, check_worker_method, check_worker_restarts
+from seqloader.prefetcher.ray_options import RayWorkers
 from seqloader.rng import check_seed
 from seqloader.shuffle_sampler import SeekableSampler
 
@@ -98,8 +99,9 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
         worker_method: torch's keyword. ``"multiprocessing"`` (default): ``num_workers`` worker
             processes, batches through shared memory. ``"thread"``: ``num_workers`` threads of this
             process, batches handed over by reference (no copy, one dataset object); for decoders
-            that release the GIL. Batches and states are the same either way (a state saved under
-            one resumes under the other); see ``docs/threads.md``.
+            that release the GIL. ``"ray"`` or a :class:`~seqloader.RayWorkers`: ``num_workers`` Ray
+            actors on the nodes of a cluster (``docs/ray.md``). Batches and states are the same
+            every way (a state saved under one resumes under another); see ``docs/threads.md``.
         threads_per_worker: with ``"multiprocessing"``, batches each worker process computes at
             once in its own threads ("threads inside processes": decoding scales inside each
             process while the training process only receives); ``1`` (default): one.
@@ -128,7 +130,7 @@ class DataLoader(LoaderVerbs, torch.utils.data.DataLoader[T_co]):
                  pin_memory_device: str = "", in_order: bool = True, snapshot_every_n_steps: Optional[int] = 1,
                  seed: Optional[int] = None, max_worker_restarts: int = 0,
                  batch_size_schedule: Optional[Sequence[Any]] = None, profile_stages: bool = False,
-                 worker_method: str = "multiprocessing", threads_per_worker: int = 1):
+                 worker_method: str | RayWorkers = "multiprocessing", threads_per_worker: int = 1):
         # seqloader's own attributes come first: Lightning records what is set after torch's
         # __init__ and replays it on the loader it rebuilds (with its DistributedSampler).
         self.shuffle = shuffle

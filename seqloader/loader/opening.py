@@ -34,7 +34,7 @@ class Settings(Protocol):
 
     dataset: Any
     num_workers: int
-    worker_method: str
+    worker_method: Any  # a str, or a RayWorkers
     threads_per_worker: int
     in_order: bool
     batch_size: Optional[int]

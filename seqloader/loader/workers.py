@@ -8,7 +8,8 @@ The prefetcher (L2) knows nothing of torch's ``DataLoader``; the loader hands it
 turn the per-stage timing on with ``profile_stages`` (:mod:`seqloader.sequences.stage_times`), then
 call the user's ``worker_init_fn``. Thread workers (``worker_method="thread"``, and the threads of
 ``threads_per_worker``) get a :class:`~seqloader.loader.thread_workers.ThreadWorkerSetup`: a
-``WorkerInfo`` and generators of their own.
+``WorkerInfo`` and generators of their own. Ray actors (``worker_method="ray"`` or a
+:class:`~seqloader.prefetcher.ray_options.RayWorkers`) are processes too: each gets a ``TorchWorkerSetup``.
 :class:`Workers` owns the loader's live :class:`~seqloader.prefetcher.prefetch.Prefetch`: opened per
 epoch, or kept and re-targeted with ``persistent_workers``; with ``max_worker_restarts`` it heals
 (``prefetch(restarts=, respawn=)``: a dead worker process is replaced, with the same set-up).
@@ -28,14 +29,15 @@ from seqloader.loader.thread_workers import GlobalDrawProbe, ThreadWorkerSetup
 from seqloader.loader.torch_compat import install_worker_info, numpy_worker_seed
 from seqloader.prefetcher.api import prefetch
 from seqloader.prefetcher.prefetch import Prefetch
+from seqloader.prefetcher.ray_options import RayWorkers
 from seqloader.rng import derive_seed
 from seqloader.sequences import stage_times
 
 __all__ = ["WORKER_METHODS", "TorchWorkerSetup", "Workers", "check_threads_per_worker", "check_worker_method",
            "check_worker_restarts", "worker_base_seed"]
 
-#: ``DataLoader(worker_method=)``: torch's values.
-WORKER_METHODS = ("multiprocessing", "thread")
+#: ``DataLoader(worker_method=)``: torch's values, and ``"ray"`` (or a ``RayWorkers``).
+WORKER_METHODS = ("multiprocessing", "thread", "ray")
 
 
 class TorchWorkerSetup:
@@ -99,18 +101,27 @@ def check_worker_restarts(value: Any, num_workers: Any) -> int:
     return n
 
 
-def check_worker_method(value: Any, num_workers: int) -> str:
-    """``DataLoader(worker_method=)``: torch's values.
+def check_worker_method(value: Any, num_workers: int) -> Any:
+    """``DataLoader(worker_method=)``: torch's values, ``"ray"`` or a :class:`~seqloader.RayWorkers`.
 
     Example:
-        >>> check_worker_method("thread", 2)
-        'thread'
+        >>> check_worker_method("thread", 2), check_worker_method(RayWorkers(num_cpus=2), 2).num_cpus
+        ('thread', 2)
         >>> check_worker_method("threads", 2)
         Traceback (most recent call last):
-        ValueError: DataLoader: worker_method must be 'multiprocessing' or 'thread' (got 'threads')
+        ValueError: DataLoader: worker_method must be 'multiprocessing' or 'thread' (got 'threads'), or 'ray' or a seqloader.RayWorkers
+        >>> check_worker_method("ray", 0)
+        Traceback (most recent call last):
+        ValueError: DataLoader: worker_method='ray' needs num_workers > 0 (got num_workers=0): num_workers is the number of Ray actors
     """
+    if isinstance(value, RayWorkers) or value == "ray":
+        if num_workers == 0:
+            raise ValueError("DataLoader: worker_method='ray' needs num_workers > 0 (got num_workers=0): num_workers "
+                             "is the number of Ray actors")
+        return value
     if value not in WORKER_METHODS:
-        raise ValueError(f"DataLoader: worker_method must be 'multiprocessing' or 'thread' (got {value!r})")
+        raise ValueError(f"DataLoader: worker_method must be 'multiprocessing' or 'thread' (got {value!r}), or 'ray' "
+                         "or a seqloader.RayWorkers")
     return str(value)
 
 
@@ -127,6 +138,9 @@ def check_threads_per_worker(value: Any, worker_method: str, num_workers: int) -
     n = check_int("DataLoader", "threads_per_worker", value)
     if n < 1:
         raise ValueError(f"DataLoader: threads_per_worker must be >= 1 (got {n})")
+    if n > 1 and (worker_method == "ray" or isinstance(worker_method, RayWorkers)):
+        raise ValueError(f"DataLoader: threads_per_worker={n} applies to worker_method='multiprocessing'; a Ray actor "
+                         "computes one batch at a time: raise num_workers instead")
     if n > 1 and worker_method == "thread":
         raise ValueError(f"DataLoader: threads_per_worker={n} applies to worker_method='multiprocessing' (threads "
                          "inside each worker process); with worker_method='thread' every worker is one thread "
@@ -174,7 +188,16 @@ class Workers:
             return self.prefetch
         n, base = loader.num_workers, worker_base_seed(loader.seed, epoch)
         stages = bool(getattr(loader, "profile_stages", False))
-        if loader.worker_method == "thread":
+        restarts = loader.max_worker_restarts
+        if restarts and loader.persistent_workers:
+            respawn = self._respawn_current  # follows reset(): each epoch brings its own
+        method = loader.worker_method
+        if method == "ray" or isinstance(method, RayWorkers):
+            pf = prefetch(seq, n, method=method, prefetch_factor=loader.prefetch_factor, timeout=loader.timeout,
+                          worker_init_fn=TorchWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages),
+                          shared=loader.dataset, affinity=affinity, restarts=restarts,
+                          respawn=respawn if restarts else None, describe=describe_batch)
+        elif method == "thread":
             setup = ThreadWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, self.probe,
                                       copy_dataset=isinstance(loader.dataset, torch.utils.data.IterableDataset))
             pf = prefetch(seq, n, method="thread", prefetch_factor=loader.prefetch_factor, worker_init_fn=setup,
@@ -183,9 +206,6 @@ class Workers:
             threads = loader.threads_per_worker
             thread_setup = None if threads == 1 else ThreadWorkerSetup(n, base, loader.dataset, None, stages,
                                                                        GlobalDrawProbe())
-            restarts = loader.max_worker_restarts
-            if restarts and loader.persistent_workers:
-                respawn = self._respawn_current  # follows reset(): each epoch brings its own
             pf = prefetch(seq, n, prefetch_factor=loader.prefetch_factor,
                           multiprocessing_context=loader.multiprocessing_context,
                           worker_init_fn=TorchWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, threads),

@@ -24,15 +24,13 @@ import json
 import mmap
 import os
 import struct
-import threading
-import uuid
 import warnings
 import zlib
 from typing import Any, Optional
 
 import numpy as np
 
-from seqloader.sources._tar_cache import user_cache_dir
+from seqloader.sources._cache_files import user_cache_dir, write_atomically
 
 __all__ = ["FORMAT", "VERSION", "array_digest", "default_dir", "file_for", "json_digest", "load", "save"]
 
@@ -97,21 +95,13 @@ def save(path: str, header: dict[str, Any], arrays: dict[str, np.ndarray]) -> No
         offset += -(-a.nbytes // ALIGN) * ALIGN
     text = json.dumps({**header, "format": FORMAT, "version": VERSION, "arrays": layout}, sort_keys=True).encode()
     text += b" " * (-(len(text) + 8) % ALIGN)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(text)) + text)
-            for k, a in blobs.items():
-                f.write(a.data)
-                f.write(b"\0" * (-a.nbytes % ALIGN))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    def write(f: Any) -> None:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for a in blobs.values():
+            f.write(a.data)
+            f.write(b"\0" * (-a.nbytes % ALIGN))
+
+    write_atomically(path, write)
 
 
 def _ignore(op: str, path: str, why: str) -> None:

@@ -1,9 +1,10 @@
 """``prefetch``: build a :class:`~seqloader.prefetcher.prefetch.Prefetch` (the public entry of L2) on
 the executor ``method`` names: worker processes (``"process"``, optionally ``threads_per_worker``
-threads inside each) or threads of this process (``"thread"``).
+threads inside each), threads of this process (``"thread"``) or Ray actors on a cluster (``"ray"``
+or a :class:`~seqloader.prefetcher.ray_options.RayWorkers`).
 
-The process executor is imported on first use, so ``prefetch(..., method="thread")`` never imports
-torch or the shared-memory transport.
+The process and Ray executors are imported on first use, so ``prefetch(..., method="thread")``
+never imports torch, the shared-memory transport or ``ray``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
 from seqloader.errors import check_positive_int
 from seqloader.prefetcher.checks import check_restarts, check_seq, check_timeout, check_workers, resolve_context
 from seqloader.prefetcher.prefetch import Prefetch
+from seqloader.prefetcher.ray import RayExecutor
+from seqloader.prefetcher.ray_options import RayWorkers
 from seqloader.prefetcher.threads import ThreadExecutor
 
 if TYPE_CHECKING:  # imported lazily below: importing it imports torch
@@ -20,11 +23,11 @@ if TYPE_CHECKING:  # imported lazily below: importing it imports torch
 
 __all__ = ["prefetch"]
 
-#: The backends of ``prefetch``.
-METHODS = ("process", "thread")
+#: The backends of ``prefetch`` (and a ``RayWorkers`` object for ``"ray"`` with options).
+METHODS = ("process", "thread", "ray")
 
 
-def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefetch_factor: int = 2,
+def prefetch(seq: Sequence, num_workers: int, *, method: str | RayWorkers = "process", prefetch_factor: int = 2,
              multiprocessing_context: Any = None, worker_init_fn: Callable[[int], None] | None = None,
              timeout: float = 0, shared: Any = None, affinity: bool = True, restarts: int = 0,
              respawn: Callable[[int], Any] | None = None, threads_per_worker: int = 1,
@@ -56,6 +59,14 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
     process while Python-heavy work keeps its own processes; ``thread_init_fn(worker_id, thread)``
     runs first in each of those threads.
 
+    ``method="ray"`` (or ``method=RayWorkers(...)``, its options) computes items in
+    ``num_workers`` Ray actors placed by Ray on the nodes of a cluster
+    (:class:`~seqloader.prefetcher.ray.RayExecutor`; ``pip install seqloader[ray]``, and a
+    cluster: ``docs/ray.md``): the same ordering, seeking, error, timeout and healing rules; results
+    come back through Ray's object store as writable copies; ``shared`` is sent to each actor once;
+    ``restarts`` replaces actors lost with their node; the process-only arguments
+    (``multiprocessing_context``, ``threads_per_worker``, ``thread_init_fn``) are refused.
+
     With ``restarts=N`` a worker that dies (killed by a signal, a segfault, ``os._exit``) is
     replaced by a fresh one with the same ``worker_id`` and ``worker_init_fn``, which recomputes
     the items the reader had not got yet, at most ``N`` times per sequence; an item that kills
@@ -65,7 +76,8 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
         seq: a sequence (``len`` and integer indexing); picklable for ``spawn``/``forkserver``.
         num_workers: worker processes (threads for ``method="thread"``), ``>= 1`` (there is no
             in-process fallback: read ``seq``).
-        method: ``"process"`` (default) or ``"thread"``.
+        method: ``"process"`` (default), ``"thread"``, ``"ray"`` or a
+            :class:`~seqloader.prefetcher.ray_options.RayWorkers`.
         threads_per_worker: items each worker process computes at once (``method="process"``).
         thread_init_fn: ``thread_init_fn(worker_id, thread)`` in each thread of a worker process
             (``threads_per_worker > 1``).
@@ -120,9 +132,13 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
         >>> prefetch(range(10), num_workers=2, method="thread", shared=[1])
         Traceback (most recent call last):
         ValueError: prefetch: shared applies to method='process' only (got [1] with method='thread'); threads share this process's objects
+        >>> prefetch(range(10), num_workers=2, method="ray", threads_per_worker=2)  # checked before Ray is used
+        Traceback (most recent call last):
+        ValueError: prefetch: threads_per_worker applies to method='process' only (got 2 with method='ray'); each actor computes one item at a time: raise num_workers instead
     """
-    if method not in METHODS:
-        raise ValueError(f"prefetch: method must be 'process' or 'thread' (got {method!r})")
+    if not isinstance(method, RayWorkers) and method not in METHODS:
+        raise ValueError(f"prefetch: method must be 'process', 'thread', 'ray' or a seqloader.RayWorkers (got "
+                         f"{method!r})")
     check_seq("prefetch", seq)
     workers = check_workers(num_workers)
     prefetch_factor = check_positive_int("prefetch", "prefetch_factor", prefetch_factor)
@@ -137,6 +153,11 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str = "process", prefet
     if method == "thread":
         _check_thread_arguments(multiprocessing_context, shared, restarts, respawn, threads, thread_init_fn)
         executor = ThreadExecutor(workers, worker_init_fn)
+    elif isinstance(method, RayWorkers) or method == "ray":
+        _check_ray_arguments(multiprocessing_context, threads, thread_init_fn)
+        restarts = check_restarts(restarts, respawn)
+        executor = RayExecutor(workers, worker_init_fn, seq if shared is None else shared,
+                               method if isinstance(method, RayWorkers) else RayWorkers())
     else:
         if thread_init_fn is not None and threads == 1:
             raise ValueError("prefetch: thread_init_fn runs in the threads of a worker process; pass "
@@ -153,6 +174,18 @@ def _process_executor(ctx: Any, workers: int, worker_init_fn: Any, shared: Any, 
 
     return ProcessExecutor(ctx, workers, worker_init_fn, shared, threads, keep=prefetch_factor + 1,
                            thread_init_fn=thread_init_fn)
+
+
+def _check_ray_arguments(multiprocessing_context: Any, threads_per_worker: int, thread_init_fn: Any) -> None:
+    """Refuse the arguments of :func:`prefetch` that apply to worker processes only under ``method="ray"``."""
+    given = {"multiprocessing_context": (multiprocessing_context, "Ray starts the actors' processes"),
+             "threads_per_worker": (None if threads_per_worker == 1 else threads_per_worker,
+                                    "each actor computes one item at a time: raise num_workers instead"),
+             "thread_init_fn": (thread_init_fn, "each actor computes one item at a time: use worker_init_fn")}
+    for name, (value, why) in given.items():
+        if value is not None:
+            raise ValueError(f"prefetch: {name} applies to method='process' only (got {value!r} with "
+                             f"method='ray'); {why}")
 
 
 def _check_thread_arguments(multiprocessing_context: Any, shared: Any, restarts: Any, respawn: Any,

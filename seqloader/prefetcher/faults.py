@@ -1,16 +1,21 @@
 """What a :class:`~seqloader.prefetcher.prefetch.Prefetch` raises when something goes wrong.
 
-Two infrastructure errors (:class:`WorkerDied`, :class:`ItemTimeout`, both ``RuntimeError``), and
-:func:`rebuild_error`, which turns a worker's error report back into the user's own exception:
+Two infrastructure errors (:class:`WorkerDied`, :class:`ItemTimeout`, both ``RuntimeError``),
+:func:`error_report` (what a worker sends about an error: the exception when it pickles, else its
+type, message and traceback), and :func:`rebuild_error`, which turns such a report back into the
+user's own exception:
 same type and message, a note naming the item or stage, worker and pid, and the worker-side
 traceback chained as ``__cause__``.
 """
 
 from __future__ import annotations
 
+import pickle
+import traceback
+
 from seqloader.errors import add_note
 
-__all__ = ["INDEX_ATTR", "ItemTimeout", "RemoteTraceback", "WorkerDied", "rebuild_error"]
+__all__ = ["INDEX_ATTR", "ItemTimeout", "RemoteTraceback", "WorkerDied", "error_report", "rebuild_error"]
 
 #: The attribute a read sets on an item's error: the index of the item that raised it.
 INDEX_ATTR = "seqloader_index"
@@ -60,7 +65,7 @@ class RemoteTraceback(Exception):
 
 
 def rebuild_error(report: dict, note: str | None = None, index: int | None = None) -> BaseException:
-    """The exception described by a worker's error report (``worker.error_report``).
+    """The exception described by a worker's error report (:func:`error_report`).
 
     Args:
         report: the report; its ``exc`` is used when it survived pickling, else ``type(message)``,
@@ -95,3 +100,20 @@ def rebuild_error(report: dict, note: str | None = None, index: int | None = Non
         setattr(exc, INDEX_ATTR, index)
     exc.__cause__ = RemoteTraceback(report["traceback"])
     return exc
+
+
+def error_report(exc: BaseException) -> dict:
+    """A picklable description of ``exc``: the exception itself when it survives a round trip."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        pickle.loads(pickle.dumps(exc))
+        keep = exc
+    except Exception:
+        keep = None
+    try:
+        pickle.dumps(type(exc))
+        typ = type(exc)
+    except Exception:
+        typ = None
+    return {"exc": keep, "type": typ, "type_name": type(exc).__qualname__, "message": str(exc),
+            "traceback": tb}

@@ -28,12 +28,12 @@ import hashlib
 import json
 import os
 import threading
-import uuid
 import warnings
 from typing import Any
 
 import numpy as np
 
+from seqloader.sources._cache_files import user_cache_dir, write_atomically
 from seqloader.sources._listing import FileInfo, content_identity
 from seqloader.sources._progress import log
 from seqloader.sources._storage import Files
@@ -50,14 +50,6 @@ _WARN_LOCK = threading.Lock()
 
 class Doubt(ValueError):
     """A cache file that is not a valid index (the reason is the message)."""
-
-
-def user_cache_dir() -> str:
-    """``$SEQLOADER_CACHE``, else ``$XDG_CACHE_HOME/seqloader``, else ``~/.cache/seqloader``."""
-    if os.environ.get("SEQLOADER_CACHE"):
-        return os.environ["SEQLOADER_CACHE"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "seqloader")
 
 
 def cache_paths(info: FileInfo, remote: bool, cache_dir: str | None) -> list[str]:
@@ -177,18 +169,8 @@ def _load(path: str, info: FileInfo, files: Files, k: int) -> tuple[ShardIndex |
 
 def write_atomic(path: str, data: dict) -> None:
     """Write ``data`` as JSON to a temporary name beside ``path``, then rename it to ``path``."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    text = json.dumps(data, separators=(",", ":")).encode()
+    write_atomically(path, lambda f: f.write(text))
 
 
 def to_json(index: ShardIndex, info: FileInfo) -> dict:

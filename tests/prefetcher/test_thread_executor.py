@@ -262,7 +262,8 @@ def test_process_only_arguments_are_refused_with_threads(name, value):
 
 
 def test_method_is_validated_and_thread_arguments_are_checked():
-    with pytest.raises(ValueError, match=re.escape("prefetch: method must be 'process' or 'thread' (got 'threads')")):
+    with pytest.raises(ValueError, match=re.escape("prefetch: method must be 'process', 'thread', 'ray' or a "
+                                                   "seqloader.RayWorkers (got 'threads')")):
         sl.prefetch(range(3), 2, method="threads")
     with pytest.raises(ValueError, match="prefetch: num_workers must be a positive int"):
         sl.prefetch(range(3), 0, method="thread")

@@ -137,7 +137,7 @@ class Failure:
     """Computing item ``index`` raised; ``payload`` holds the pickled error report.
 
     The report is a dict ``{"exc": exception or None, "type": class or None, "type_name": str,
-    "message": str, "traceback": str}`` (see ``worker.error_report``); ``exc`` is None when the
+    "message": str, "traceback": str}`` (see ``faults.error_report``); ``exc`` is None when the
     exception itself could not be pickled, ``type`` when its class could not. ``seconds`` and
     ``stages`` as in :class:`Result`.
     """

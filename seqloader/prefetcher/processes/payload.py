@@ -45,7 +45,7 @@ import torch
 from seqloader.prefetcher.processes.messages import Payload
 
 __all__ = ["HEADROOM", "SLOT_ITEM", "Encoded", "Reservation", "SlotWriter", "encode", "encode_payload",
-           "is_plain_tensor", "read_and_release", "read_payload", "write_payload"]
+           "is_plain_tensor", "read_and_release", "read_payload", "reduce_tensor", "write_payload"]
 
 _ALIGN = 64
 #: Bytes a :class:`Reservation` adds after the regions, for the pickle bytes and small buffers.
@@ -94,15 +94,21 @@ def is_plain_tensor(obj: Any) -> bool:
             and not obj.is_nested and not obj.is_quantized and not obj.__dict__)
 
 
+def reduce_tensor(obj: Any) -> Any:
+    """A pickler's ``reducer_override`` for plain CPU tensors: their bytes as one out-of-band buffer
+    (protocol 5); ``NotImplemented`` for anything else (the pickler's own reduction)."""
+    if is_plain_tensor(obj):
+        t = obj.detach().resolve_conj().resolve_neg().contiguous()
+        raw = t.reshape(-1).view(torch.uint8).numpy()
+        return _rebuild_tensor, (pickle.PickleBuffer(raw), t.dtype, tuple(t.shape), obj.requires_grad)
+    return NotImplemented
+
+
 class _Pickler(pickle.Pickler):
     """Protocol-5 pickler that sends plain CPU tensors out of band (numpy arrays already are)."""
 
     def reducer_override(self, obj):
-        if is_plain_tensor(obj):
-            t = obj.detach().resolve_conj().resolve_neg().contiguous()
-            raw = t.reshape(-1).view(torch.uint8).numpy()
-            return _rebuild_tensor, (pickle.PickleBuffer(raw), t.dtype, tuple(t.shape), obj.requires_grad)
-        return NotImplemented
+        return reduce_tensor(obj)
 
 
 def encode(value: Any) -> tuple[memoryview, list]:

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from seqloader.prefetcher.faults import error_report
 from seqloader.prefetcher.processes.heap import keep_large_buffers
 from seqloader.prefetcher.processes.messages import (
     Cancelled,
@@ -102,23 +103,6 @@ def dumps_seq(seq: Any, shared: Any) -> bytes:
 def loads_seq(blob: bytes, shared: Any) -> Any:
     """Inverse of :func:`dumps_seq` in a worker holding ``shared``."""
     return _SeqUnpickler(io.BytesIO(blob), shared).load()
-
-
-def error_report(exc: BaseException) -> dict:
-    """A picklable description of ``exc``: the exception itself when it survives a round trip."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:
-        pickle.loads(pickle.dumps(exc))
-        keep = exc
-    except Exception:
-        keep = None
-    try:
-        pickle.dumps(type(exc))
-        typ = type(exc)
-    except Exception:
-        typ = None
-    return {"exc": keep, "type": typ, "type_name": type(exc).__qualname__, "message": str(exc),
-            "traceback": tb}
 
 
 # --------------------------------------------------------------------------- the worker process
