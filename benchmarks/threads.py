@@ -17,14 +17,14 @@ baselines of issue 28, interleaved (``best_of``) so that the machine's load hits
   ``seqloader.DataLoader`` on threads and on processes, torch's ``DataLoader`` over the offset
   index (the ratio base) and ``webdataset``'s ``WebLoader``.
 * ``threads_memory``: a map-style dataset holding 1.2M ``(path, label)`` pairs, batch 256, 2
-  workers, each loader in a fresh subprocess: peak PSS of the process tree over an epoch and the
-  seconds to the first batch.
+  workers, each loader in a fresh subprocess (in this process with ``--quick``): peak PSS of the
+  process tree over an epoch and the seconds to the first batch.
 * ``threads_tiny``: 200,000 ints, batch 256, 2 workers (the items cost nothing: what is measured
   is each loader's own work per batch), and 4,000 items of ~0.3 ms of pure Python each, batch 64
   (the GIL lets one thread run at a time: where threads lose).
 * ``threads_latency``: items that wait 20 ms (``benchmarks.sources.SleepyFiles``), batch 32, 2
   processes: ``threads_per_worker=16`` against Grain (``ReadOptions(num_threads=16)``, 2
-  ``mp_prefetch`` workers; the ratio base), and 32 thread workers.
+  ``mp_prefetch`` workers; the ratio base; not with ``--quick``), and 32 thread workers.
 """
 
 from __future__ import annotations
@@ -287,10 +287,11 @@ def _memory_in_subprocess(loader: str, n: int) -> dict:
 def threads_memory(opts: Options) -> list[Row]:
     """Peak PSS and first batch of 1.2M (path, label) pairs, threads against processes (and torch)."""
     n = 120_000 if opts.quick else 1_200_000
+    measure = (lambda k: memory_child(k, n)) if opts.quick else (lambda k: _memory_in_subprocess(k, n))
     results: dict[str, list[dict]] = {k: [] for k in ("thread", "process", "torch")}
     for _ in range(opts.repeat):
         for k in results:
-            results[k].append(_memory_in_subprocess(k, n))
+            results[k].append(measure(k))
     pss = {k: min(r["pss"] for r in v) for k, v in results.items()}
     first = {k: min(r["first"] for r in v) for k, v in results.items()}
     names = {"thread": "seqloader, threads", "process": "seqloader, processes", "torch": "torch DataLoader"}
@@ -299,7 +300,8 @@ def threads_memory(opts: Options) -> list[Row]:
         extra = f"{pss['thread'] / pss['process']:.2f}x the processes' PSS (goal <= 0.6); " if k == "thread" else ""
         out.append(Row("threads_memory", f"{names[k]}: peak PSS", 2, pss[k] / 2**20, "MiB",
                        ratio=None if k == "torch" else pss["torch"] / pss[k],
-                       notes=f"{extra}{n:,} (path, label) pairs, batch 256, main process + workers, fresh process"))
+                       notes=f"{extra}{n:,} (path, label) pairs, batch 256, main process + workers, "
+                             + ("this process (--quick)" if opts.quick else "fresh process")))
     for k in ("thread", "process", "torch"):
         out.append(Row("threads_memory", f"{names[k]}: first batch", 2, first[k], "s",
                        ratio=None if k == "torch" else first["torch"] / first[k],
@@ -363,7 +365,8 @@ def threads_latency(opts: Options) -> list[Row]:
         try:
             import grain  # noqa: F401
 
-            runs["grain"] = lambda: _steady(_grain_batches(paths, bs))
+            if not opts.quick:   # (its spawned workers take seconds to start: not in a smoke test)
+                runs["grain"] = lambda: _steady(_grain_batches(paths, bs))
         except ImportError:
             pass
         results = {k: [f() for _ in range(opts.repeat)] for k, f in runs.items()}
