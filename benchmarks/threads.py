@@ -3,7 +3,9 @@
 Each workload runs seqloader's executors (``worker_method="thread"``, worker processes, threads
 inside worker processes with ``threads_per_worker``, ``num_workers=0``) on the same data, with the
 baselines of issue 28, interleaved (``best_of``) so that the machine's load hits every row alike.
-``ratio`` is over torch's ``DataLoader`` on the same data unless the notes name another base.
+``ratio`` is over torch's ``DataLoader`` on the same data unless the notes name another base;
+*CPU-s* (Parquet, tar) is the least CPU time an epoch used, this process's threads and its worker
+processes together: the machine's load disturbs it less than the wall clock.
 
 * ``threads_parquet``: 20 Parquet files of one row group, 512 int32 tokens a row (``list<int32>``),
   batch 64, a block shuffle (``window=4``). A one-process pyarrow scan (``iter_batches(64)`` to
@@ -45,8 +47,8 @@ from torch.utils.data import DataLoader, default_convert
 
 import seqloader
 from benchmarks.common import IntDataset, Options, Row, best_of
-from benchmarks.threads_data import (PathLabels, PssSampler, PythonItems, RowIndex, TarIndex, decode_jpeg,
-                                     read_tokens, write_jpeg_shards, write_token_files)
+from benchmarks.threads_data import (PathLabels, PssSampler, PythonItems, RowIndex, TarIndex, cache_blocks,
+                                     decode_jpeg, read_tokens, with_cpu, write_jpeg_shards, write_token_files)
 
 __all__ = ["THREADS_WORKLOADS", "threads_latency", "threads_memory", "threads_parquet", "threads_tar",
            "threads_tiny"]
@@ -66,16 +68,6 @@ def _loader(dataset: Any, sampler: Any, num_workers: int, method: str, threads: 
 
 
 # --------------------------------------------------------------------------- Parquet
-
-
-def cache_blocks(window: int, num_workers: int, method: str, threads: int) -> int:
-    """The arena a block shuffle of ``window`` needs per process (see ``seqloader/sources/_table.py``):
-    a window for a worker process; two for a process whose threads read its lane
-    (``threads_per_worker``), whose batches straddle the change of window; and one per thread
-    worker plus one, for the thread that moves on to its next window while the others read theirs."""
-    if method == "thread" and num_workers:
-        return window * (num_workers + 1)
-    return window * (2 if threads > 1 else 1)
 
 
 def _scan(paths: list[str]) -> float:
@@ -147,7 +139,8 @@ def threads_parquet(opts: Options) -> list[Row]:
         for label, w, method, threads in EXECUTORS:
             runs[label] = lambda label=label, w=w, method=method, threads=threads: seq(label, w, method, threads)
         runs["spdl"] = lambda: _spdl(paths, order)
-        best = best_of(opts.repeat, runs)
+        cpu: dict[str, float] = {}
+        best = best_of(opts.repeat, with_cpu(runs, cpu))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     mb = total / 1e6
@@ -157,13 +150,14 @@ def threads_parquet(opts: Options) -> list[Row]:
     def row(label: str, key: str, workers: int, notes: str) -> Row:
         t = best[key]
         return Row("threads_parquet", label, workers, n / t, "rows/s", mb / t, ratio=base / t,
-                   notes=f"{scan / t:.2f}x the pyarrow scan; {notes}")
+                   notes=f"{scan / t:.2f}x the pyarrow scan ({cpu[key]:.2f} CPU-s); {notes}")
 
     out = [Row("threads_parquet", "pyarrow scan: iter_batches(64) -> tensors", 0, n / scan, "rows/s", mb / scan,
-               ratio=base / scan, notes=f"{size}; one process, file order: the 'x the pyarrow scan' base"),
+               ratio=base / scan, notes=f"{size}; one process, file order: the 'x the pyarrow scan' base "
+                                        f"({cpu['scan']:.2f} CPU-s)"),
            Row("threads_parquet", "torch DataLoader over a map-style row index", 2, n / base, "rows/s", mb / base,
-               notes=f"the ratio base; BlockShuffleSampler(window={window}, lanes=2), an LRU of {window} row "
-                     "groups per worker, a row per __getitem__")]
+               notes=f"the ratio base ({cpu['torch']:.2f} CPU-s); BlockShuffleSampler(window={window}, lanes=2), an "
+                     f"LRU of {window} row groups per worker, a row per __getitem__")]
     for label, w, method, threads in EXECUTORS:
         cache = cache_blocks(window, w, method, threads)
         out.append(row(label, label, w, f"bytes decoded / dataset {decoded[label]:.2f}; cache_blocks={cache}"))
@@ -221,7 +215,8 @@ def threads_tar(opts: Options) -> list[Row]:
             runs["webdataset"] = lambda: _wds(urls)
         except ImportError:
             pass
-        best = best_of(opts.repeat, runs)
+        cpu: dict[str, float] = {}
+        best = best_of(opts.repeat, with_cpu(runs, cpu))
         mb = sum(os.path.getsize(u) for u in urls) / 1e6
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -231,7 +226,8 @@ def threads_tar(opts: Options) -> list[Row]:
     def row(label: str, key: str, notes: str) -> Row:
         t = best[key]
         vs_wds = f"{wds_t / t:.2f}x webdataset; " if wds_t else ""
-        return Row("threads_tar", label, 2, n / t, "samples/s", mb / t, ratio=base / t, notes=vs_wds + notes)
+        return Row("threads_tar", label, 2, n / t, "samples/s", mb / t, ratio=base / t,
+                   notes=f"{vs_wds}{notes}; {cpu[key]:.2f} CPU-s")
 
     size = f"{shards} shards x {per} JPEGs {side}x{side} ({mb:.0f} MB), PIL decode, batch {BATCH}"
     out = [row("seqloader.tar_shards, threads", "tar-threads",
@@ -242,10 +238,12 @@ def threads_tar(opts: Options) -> list[Row]:
            row("offset index (os.pread) through seqloader.DataLoader, threads", "index-threads", "hand-written"),
            row("offset index (os.pread) through seqloader.DataLoader, processes", "index-processes", "hand-written"),
            Row("threads_tar", "torch DataLoader over the offset index", 2, n / base, "samples/s", mb / base,
-               notes=f"{size}; the ratio base; every row: BlockShuffleSampler(window=2, lanes=2) over the shards")]
+               notes=f"{size}; the ratio base; every row: BlockShuffleSampler(window=2, lanes=2) over the shards; "
+                     f"{cpu['torch']:.2f} CPU-s")]
     if wds_t:
         out.append(Row("threads_tar", "webdataset WebLoader", 2, n / wds_t, "samples/s", mb / wds_t, ratio=base / wds_t,
-                       notes="shards split between the 2 workers, file order, webdataset's batched(64)"))
+                       notes=f"shards split between the 2 workers, file order, webdataset's batched(64); "
+                             f"{cpu['webdataset']:.2f} CPU-s"))
     return out
 
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 import collections
 import io
 import os
+import resource
 import tarfile
 import threading
+from typing import Callable
 
 import numpy as np
 import torch
 
-__all__ = ["PathLabels", "PssSampler", "PythonItems", "RowIndex", "TarIndex", "decode_jpeg", "pss_of_tree",
-           "read_tokens", "write_jpeg_shards", "write_token_files"]
+__all__ = ["PathLabels", "PssSampler", "PythonItems", "RowIndex", "TarIndex", "cache_blocks", "decode_jpeg", "pss_of_tree",
+           "read_tokens", "with_cpu", "write_jpeg_shards", "write_token_files"]
 
 
 # --------------------------------------------------------------------------- Parquet tokens
@@ -87,6 +89,16 @@ class RowIndex(torch.utils.data.Dataset):
         b = int(np.searchsorted(self.ends, i, side="right"))
         start = int(self.ends[b - 1]) if b else 0
         return torch.from_numpy(self._block(b)[i - start].copy())
+
+
+def cache_blocks(window: int, num_workers: int, method: str, threads: int) -> int:
+    """The arena a block shuffle of ``window`` needs per process (see ``seqloader/sources/_table.py``):
+    a window for a worker process; two for a process whose threads read its lane
+    (``threads_per_worker``), whose batches straddle the change of window; and one per thread
+    worker plus one, for the thread that moves on to its next window while the others read theirs."""
+    if method == "thread" and num_workers:
+        return window * (num_workers + 1)
+    return window * (2 if threads > 1 else 1)
 
 
 # --------------------------------------------------------------------------- tar shards of JPEGs
@@ -230,3 +242,23 @@ class PssSampler:
         self._stop.set()
         self._thread.join(10.0)
 
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of its children that have ended."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def with_cpu(runs: dict[str, Callable[[], float]], cpu: dict[str, float]) -> dict[str, Callable[[], float]]:
+    """``runs`` (label -> a run returning its seconds), each also recording in ``cpu[label]`` the
+    least CPU seconds it used (this process's threads, and its worker processes once they have
+    ended): a measure the machine's load disturbs less than the wall clock."""
+    def wrap(label: str, run: Callable[[], float]) -> Callable[[], float]:
+        def timed() -> float:
+            c0 = _cpu_seconds()
+            seconds = run()
+            cpu[label] = min(cpu.get(label, float("inf")), _cpu_seconds() - c0)
+            return seconds
+        return timed
+    return {label: wrap(label, run) for label, run in runs.items()}
