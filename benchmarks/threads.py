@@ -5,7 +5,8 @@ inside worker processes with ``threads_per_worker``, ``num_workers=0``) on the s
 baselines of issue 28, interleaved (``best_of``) so that the machine's load hits every row alike.
 ``ratio`` is over torch's ``DataLoader`` on the same data unless the notes name another base;
 *CPU-s* (Parquet, tar) is the least CPU time an epoch used, this process's threads and its worker
-processes together: the machine's load disturbs it less than the wall clock.
+processes together: the machine's load disturbs it less than the wall clock; *cores busy*
+(``threads_tiny``) is that CPU time over the epoch's seconds.
 
 * ``threads_parquet``: 20 Parquet files of one row group, 512 int32 tokens a row (``list<int32>``),
   batch 64, a block shuffle (``window=4``). A one-process pyarrow scan (``iter_batches(64)`` to
@@ -65,6 +66,14 @@ def _loader(dataset: Any, sampler: Any, num_workers: int, method: str, threads: 
         extra["threads_per_worker"] = threads
     return seqloader.DataLoader(dataset, batch_size=kw.pop("batch_size", BATCH), sampler=sampler,
                                 num_workers=num_workers, seed=0, **extra, **kw)
+
+
+def _epoch(make: Callable[[], Any]) -> float:
+    """Seconds to build an iterable with ``make()`` and read it to its end."""
+    t0 = time.perf_counter()
+    for _ in make():
+        pass
+    return time.perf_counter() - t0
 
 
 # --------------------------------------------------------------------------- Parquet
@@ -191,12 +200,6 @@ def threads_tar(opts: Options) -> list[Row]:
         index = TarIndex(urls)
         ends = np.cumsum([per] * shards)
 
-        def epoch(make: Callable[[], Any]) -> float:
-            t0 = time.perf_counter()
-            for _ in make():
-                pass
-            return time.perf_counter() - t0
-
         def sampler(data: Any) -> Any:
             return seqloader.BlockShuffleSampler(data, blocks=ends, window=2, seed=0, lanes=2, chunk=BATCH)
 
@@ -204,11 +207,11 @@ def threads_tar(opts: Options) -> list[Row]:
             return _loader(src, sampler(src), 2, method, 1)
 
         runs: dict[str, Callable[[], float]] = {
-            "torch": lambda: epoch(lambda: DataLoader(index, batch_size=BATCH, sampler=sampler(index), num_workers=2)),
-            "tar-processes": lambda: epoch(lambda: tar("multiprocessing")),
-            "tar-threads": lambda: epoch(lambda: tar("thread")),
-            "index-processes": lambda: epoch(lambda: _loader(index, sampler(index), 2, "multiprocessing", 1)),
-            "index-threads": lambda: epoch(lambda: _loader(index, sampler(index), 2, "thread", 1))}
+            "torch": lambda: _epoch(lambda: DataLoader(index, batch_size=BATCH, sampler=sampler(index), num_workers=2)),
+            "tar-processes": lambda: _epoch(lambda: tar("multiprocessing")),
+            "tar-threads": lambda: _epoch(lambda: tar("thread")),
+            "index-processes": lambda: _epoch(lambda: _loader(index, sampler(index), 2, "multiprocessing", 1)),
+            "index-threads": lambda: _epoch(lambda: _loader(index, sampler(index), 2, "thread", 1))}
         try:
             import webdataset  # noqa: F401
 
@@ -316,30 +319,28 @@ def threads_tiny(opts: Options) -> list[Row]:
     threads against processes and torch, where the GIL decides."""
     tiny, heavy = (IntDataset(5_000), PythonItems(200)) if opts.quick else (IntDataset(200_000), PythonItems(4_000))
 
-    def epoch(make: Callable[[], Any]) -> float:
-        t0 = time.perf_counter()
-        for _ in make():
-            pass
-        return time.perf_counter() - t0
-
     runs: dict[str, Callable[[], float]] = {}
     for name, data, bs in (("tiny", tiny, 256), ("python", heavy, 64)):
-        runs[f"{name}-threads"] = lambda d=data, b=bs: epoch(lambda: _loader(d, None, 2, "thread", 1, batch_size=b,
+        runs[f"{name}-threads"] = lambda d=data, b=bs: _epoch(lambda: _loader(d, None, 2, "thread", 1, batch_size=b,
                                                                                shuffle=True))
-        runs[f"{name}-processes"] = lambda d=data, b=bs: epoch(lambda: _loader(d, None, 2, "multiprocessing", 1,
+        runs[f"{name}-processes"] = lambda d=data, b=bs: _epoch(lambda: _loader(d, None, 2, "multiprocessing", 1,
                                                                                  batch_size=b, shuffle=True))
-        runs[f"{name}-torch"] = lambda d=data, b=bs: epoch(lambda: DataLoader(d, batch_size=b, shuffle=True,
+        runs[f"{name}-torch"] = lambda d=data, b=bs: _epoch(lambda: DataLoader(d, batch_size=b, shuffle=True,
                                                                                num_workers=2))
-    best = best_of(opts.repeat, runs)
+    cpu: dict[str, float] = {}
+    best = best_of(opts.repeat, with_cpu(runs, cpu))
     out = []
     for name, data, what in (("tiny", tiny, f"{len(tiny):,} ints, batch 256"),
                              ("python", heavy, f"{len(heavy):,} items of ~0.3 ms of pure Python, batch 64")):
         n, t, p, base = len(data), best[f"{name}-threads"], best[f"{name}-processes"], best[f"{name}-torch"]
         label = "" if name == "tiny" else " (Python items)"
+        busy = {k: cpu[f"{name}-{k}"] / best[f"{name}-{k}"] for k in ("threads", "processes", "torch")}
         out += [Row("threads_tiny", f"seqloader, threads{label}", 2, n / t, "samples/s", ratio=base / t,
-                    notes=f"{p / t:.2f}x seqloader's processes"),
-                Row("threads_tiny", f"seqloader, processes{label}", 2, n / p, "samples/s", ratio=base / p),
-                Row("threads_tiny", f"torch DataLoader{label}", 2, n / base, "samples/s", notes=what)]
+                    notes=f"{p / t:.2f}x seqloader's processes; {busy['threads']:.2f} cores busy"),
+                Row("threads_tiny", f"seqloader, processes{label}", 2, n / p, "samples/s", ratio=base / p,
+                    notes=f"{busy['processes']:.2f} cores busy"),
+                Row("threads_tiny", f"torch DataLoader{label}", 2, n / base, "samples/s",
+                    notes=f"{what}; {busy['torch']:.2f} cores busy")]
     return out
 
 
@@ -358,8 +359,8 @@ def threads_latency(opts: Options) -> list[Row]:
         data = SleepyFiles(paths)
         runs = {"inside": lambda: _steady(_loader(data, None, 2, "multiprocessing", 16, batch_size=bs, shuffle=True,
                                                   collate_fn=list)),
-                "threads": lambda: _steady(seqloader.DataLoader(data, batch_size=bs, shuffle=True, seed=0, num_workers=32,
-                                                                worker_method="thread", collate_fn=list))}
+                "threads": lambda: _steady(_loader(data, None, 32, "thread", 1, batch_size=bs, shuffle=True,
+                                                   collate_fn=list))}
         try:
             import grain  # noqa: F401
 
@@ -385,7 +386,8 @@ def threads_latency(opts: Options) -> list[Row]:
                notes=f"ratio: over Grain; {n / total['threads']:,.0f}/s with start-up")]
     if grain is not None:
         out.append(Row("threads_latency", "Grain, 2 mp_prefetch workers x ReadOptions(num_threads=16)", 2, grain,
-                       "samples/s", notes=f"the ratio base; {n / total['grain']:,.0f}/s with start-up (spawned workers)"))
+                       "samples/s",
+                       notes=f"the ratio base; {n / total['grain']:,.0f}/s with start-up (spawned workers)"))
     return out
 
 

@@ -18,8 +18,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-__all__ = ["PathLabels", "PssSampler", "PythonItems", "RowIndex", "TarIndex", "cache_blocks", "decode_jpeg", "pss_of_tree",
-           "read_tokens", "with_cpu", "write_jpeg_shards", "write_token_files"]
+__all__ = ["PathLabels", "PssSampler", "PythonItems", "RowIndex", "TarIndex", "cache_blocks", "decode_jpeg",
+           "pss_of_tree", "read_tokens", "with_cpu", "write_jpeg_shards", "write_token_files"]
 
 
 # --------------------------------------------------------------------------- Parquet tokens

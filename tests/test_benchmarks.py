@@ -152,7 +152,8 @@ def test_the_threads_workloads_report_every_executor_against_its_baselines():
     rows = _quick_rows("threads_parquet")
     assert [r.loader for r in rows] == ["pyarrow scan: iter_batches(64) -> tensors",
                                         "torch DataLoader over a map-style row index", "seqloader, 0 workers",
-                                        "seqloader, processes", "seqloader, threads", "seqloader, 2 processes x 2 threads",
+                                        "seqloader, processes", "seqloader, threads",
+                                        "seqloader, 2 processes x 2 threads",
                                         "SPDL pipeline over the row groups, 2 threads"]
     assert all(r.value > 0 and r.unit == "rows/s" for r in rows)
     assert all("x the pyarrow scan" in r.notes for r in rows[2:])

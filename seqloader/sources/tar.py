@@ -89,8 +89,9 @@ class _TarShards(Source[Any]):
     def _plan(self, s: int, where: Positions, js: Positions) -> list[tuple]:
         """The reads of shard ``s`` for its samples ``js`` (at ``where`` in the batch), in file
         order; samples whose members are less than :data:`MERGE_GAP` apart (remote; local: that
-        touch) share one read (at most :data:`MERGE_MAX` bytes). Each read: ``(s, start, end, where, keys, fields, offsets, sizes)``,
-        the last four per sample (offset ``-1``: a field the sample lacks)."""
+        touch) share one read (at most :data:`MERGE_MAX` bytes). Each read:
+        ``(s, start, end, where, keys, fields, offsets, sizes)``, the last four per sample
+        (offset ``-1``: a field the sample lacks)."""
         names, off, size = self._members(s, js)
         present = off >= 0
         if present.all():   # (the usual case: every sample has every field read)

@@ -118,8 +118,8 @@ def test_a_loader_gives_the_same_2d_batches_on_every_executor(token_file):
 
 
 def test_a_batch_across_row_groups_is_one_take_from_the_slot_buffers(tmp_path):
-    write(tmp_path / "a.parquet", [pa.table({"x": np.arange(k * 10, k * 10 + 10), "tokens": tokens(10, 3, start=30 * k)})
-                                   for k in range(4)])
+    write(tmp_path / "a.parquet", [pa.table({"x": np.arange(k * 10, k * 10 + 10),
+                                             "tokens": tokens(10, 3, start=30 * k)}) for k in range(4)])
     src = seqloader.parquet(tmp_path, columnar=True, cache_blocks=4)
     batch = src.__getitems__([35, 2, 17, 38, 2])
     assert batch["x"].tolist() == [35, 2, 17, 38, 2]
