@@ -14,8 +14,9 @@ name to its function ``(Options) -> rows``: ``benchmarks.prefetch`` holds the ba
 map-style datasets, ``benchmarks.iterable`` those on an ``IterableDataset``,
 ``benchmarks.features`` those of ``in_order=False`` and ``stats()``, ``benchmarks.scale`` the costs
 that should stay flat in the dataset's size (resume, ``mix``), ``benchmarks.sources`` the data
-sources, ``benchmarks.packing`` ``seqloader.pack`` against Grain's packing, and
-``benchmarks.common`` what they share. :data:`OPT_IN` holds the workloads that run only when
+sources, ``benchmarks.packing`` ``seqloader.pack`` against Grain's packing, ``benchmarks.threads``
+thread workers against worker processes (issue 28; its files and baselines in
+``benchmarks.threads_data``), and ``benchmarks.common`` what they share. :data:`OPT_IN` holds the workloads that run only when
 named: ``benchmarks.ray``, the Ray executor on a local cluster against the process executor
 (minutes: clusters started, nodes killed)::
 
@@ -35,13 +36,14 @@ from benchmarks.prefetch import PREFETCH_WORKLOADS
 from benchmarks.ray import RAY_WORKLOADS
 from benchmarks.scale import SCALE_WORKLOADS
 from benchmarks.sources import SOURCE_WORKLOADS
+from benchmarks.threads import THREADS_WORKLOADS
 
 __all__ = ["OPT_IN", "Options", "Row", "WORKLOADS", "format_rows", "run"]
 
 #: Workload name -> function(Options) -> rows, in the order ``python -m benchmarks`` runs them.
 WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
     **PREFETCH_WORKLOADS, **LOADER_WORKLOADS, **ITERABLE_WORKLOADS, **FEATURE_WORKLOADS, **SCALE_WORKLOADS,
-    **SOURCE_WORKLOADS, **PACKING_WORKLOADS}
+    **SOURCE_WORKLOADS, **PACKING_WORKLOADS, **THREADS_WORKLOADS}
 #: Workloads run only when named (``--workloads``), never by default: they start Ray clusters.
 OPT_IN: dict[str, Callable[[Options], list[Row]]] = {**RAY_WORKLOADS}
 

@@ -39,7 +39,8 @@ def test_workloads_are_a_registry_of_row_functions():
                                           "iterable_tiny", "iterable_images", "straggler", "stats_overhead",
                                           "stages_overhead", "resume_scale", "mix", "state_dict", "sources_parquet",
                                           "sources_tar", "sources_index", "sources_latency", "packing_padding",
-                                          "packing_throughput", "packing_resume"]
+                                          "packing_throughput", "packing_resume", "threads_parquet", "threads_tar",
+                                          "threads_memory", "threads_tiny", "threads_latency"]
     assert list(benchmarks.OPT_IN) == ["ray_overhead", "ray_scaling", "ray_node_loss"]  # only when named
     rows = benchmarks.WORKLOADS["images"](common.Options(quick=True))
     assert [r.loader for r in rows] == ["seqloader", "torch"]
@@ -145,3 +146,27 @@ def test_the_main_cpu_guard_reports_microseconds_per_batch_against_torch():
                                         "seqloader.DataLoader (threads)"] * 2
     assert all(r.unit == "µs" and r.value > 0 for r in rows)
     assert all(r.ratio is not None and r.ratio > 0 for r in rows if r.loader.startswith("seqloader"))
+
+
+def test_the_threads_workloads_report_every_executor_against_its_baselines():
+    rows = _quick_rows("threads_parquet")
+    assert [r.loader for r in rows] == ["pyarrow scan: iter_batches(64) -> tensors",
+                                        "torch DataLoader over a map-style row index", "seqloader, 0 workers",
+                                        "seqloader, processes", "seqloader, threads",
+                                        "seqloader, 2 processes x 2 threads",
+                                        "SPDL pipeline over the row groups, 2 threads"]
+    assert all(r.value > 0 and r.unit == "rows/s" for r in rows)
+    assert all("x the pyarrow scan" in r.notes for r in rows[2:])
+    assert all("bytes decoded / dataset 1.00" in r.notes for r in rows[2:6])  # the quick files: seams on block ends
+    rows = _quick_rows("threads_tar")
+    assert [r.loader.split(",")[0] for r in rows][:2] == ["seqloader.tar_shards"] * 2
+    assert all(r.value > 0 and r.unit == "samples/s" for r in rows) and "the offset index" in rows[0].notes
+    rows = _quick_rows("threads_tiny")
+    assert [r.loader for r in rows][:3] == ["seqloader, threads", "seqloader, processes", "torch DataLoader"]
+    assert len(rows) == 6 and all(r.value > 0 for r in rows)
+
+
+def test_the_memory_workload_measures_each_loader_in_a_fresh_process():
+    rows = _quick_rows("threads_memory")
+    assert [r.unit for r in rows] == ["MiB"] * 3 + ["s"] * 3
+    assert all(r.value > 0 for r in rows) and "the processes' PSS" in rows[0].notes

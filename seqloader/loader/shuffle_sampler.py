@@ -119,10 +119,12 @@ class BlockShuffleSampler(SeekableSampler):
     """A locality-aware shuffle: whole blocks of a source (row groups, shards) in a shuffled order.
 
     Epoch ``e`` reads ``BlockPermutation(blocks, window, derive_seed(seed, "shuffle", e), lanes,
-    chunk)``: the blocks in a shuffled order, rows mixed within each window of ``window``
-    consecutive (shuffled) blocks (see ``docs/design.md``, "Block shuffle"). With ``lanes`` equal to
-    the loader's ``num_workers`` and ``chunk`` its ``batch_size``, worker ``w`` reads only lane
-    ``w``'s blocks, so each block is decoded about once per epoch (instead of once per worker).
+    chunk, split_seams)``: the blocks in a shuffled order, rows mixed within each window of
+    ``window`` consecutive (shuffled) blocks (see ``docs/design.md``, "Block shuffle"). With
+    ``lanes`` equal to the loader's ``num_workers`` and ``chunk`` its ``batch_size``, worker ``w``
+    reads only lane ``w``'s blocks, so each block is decoded about once per epoch (instead of once
+    per worker); ``split_seams`` splits a window that a lane boundary cuts, so that two workers
+    share at most one block there instead of a whole window.
     ``lanes=None``/``chunk=None`` are filled in by the first ``seqloader.DataLoader`` built with
     this sampler (``max(1, num_workers)`` and ``batch_size``) and kept in the sampler's state, so a
     resume with another ``num_workers`` reads the same order (exactly; less locally). With torch's
@@ -135,6 +137,8 @@ class BlockShuffleSampler(SeekableSampler):
             within each group of ``k`` shuffled blocks, ``None`` a full shuffle. Default 8.
         seed: an int in ``[0, 2**64)``; ``None`` draws one from torch's default generator.
         lanes, chunk: positive ints, or ``None`` (see above).
+        split_seams: ``True`` (the default) splits the windows cut by lane boundaries; a state
+            saved before this argument existed loads as ``False``, its order then.
 
     Raises:
         TypeError, ValueError: a bad argument, or ``blocks`` that do not end at ``len(data_source)``.
@@ -149,7 +153,8 @@ class BlockShuffleSampler(SeekableSampler):
     """
 
     def __init__(self, data_source: Sequence, blocks: Any = None, *, window: Optional[int] = 8,
-                 seed: Optional[int] = None, lanes: Optional[int] = None, chunk: Optional[int] = None):
+                 seed: Optional[int] = None, lanes: Optional[int] = None, chunk: Optional[int] = None,
+                 split_seams: bool = True):
         op = "BlockShuffleSampler"
         self.data_source = data_source
         if blocks is None:
@@ -165,6 +170,7 @@ class BlockShuffleSampler(SeekableSampler):
         self.seed = draw_seed() if seed is None else check_seed(op, seed)
         self.lanes = None if lanes is None else check_positive_int(op, "lanes", lanes)
         self.chunk = None if chunk is None else check_positive_int(op, "chunk", chunk)
+        self.split_seams = _check_split(op, split_seams)
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -180,16 +186,17 @@ class BlockShuffleSampler(SeekableSampler):
     def permutation(self, epoch: int) -> BlockPermutation:
         """The bijection of ``epoch``."""
         return BlockPermutation(self.block_ends, self.window, derive_seed(self.seed, "shuffle", epoch),
-                                lanes=self.lanes or 1, chunk=self.chunk or 1)
+                                lanes=self.lanes or 1, chunk=self.chunk or 1, split_seams=self.split_seams)
 
     def order(self, epoch: int) -> BlockOrder:
         """The order of ``epoch`` as used by :class:`seqloader.DataLoader`."""
         return BlockOrder(self.permutation(epoch))
 
     def state_dict(self) -> dict:
-        """``{"seed", "window", "lanes", "chunk", "blocks"}`` (``blocks``: the number of blocks)."""
+        """``{"seed", "window", "lanes", "chunk", "blocks", "split_seams"}`` (``blocks``: the number of
+        blocks; ``split_seams`` absent from states saved before it existed, which read as ``False``)."""
         return {"seed": self.seed, "window": self.window, "lanes": self.lanes, "chunk": self.chunk,
-                "blocks": int(len(self.block_ends))}
+                "blocks": int(len(self.block_ends)), "split_seams": self.split_seams}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` saved; a different block layout or window raises ``ValueError``."""
@@ -202,9 +209,16 @@ class BlockShuffleSampler(SeekableSampler):
         seed = check_seed(op, state["seed"])
         lanes = None if state["lanes"] is None else check_positive_int(op, "lanes", state["lanes"])
         chunk = None if state["chunk"] is None else check_positive_int(op, "chunk", state["chunk"])
-        self.seed, self.lanes, self.chunk = seed, lanes, chunk
+        split = _check_split(op, state.get("split_seams", False))
+        self.seed, self.lanes, self.chunk, self.split_seams = seed, lanes, chunk, split
 
     def __repr__(self) -> str:
         return (f"BlockShuffleSampler(len={len(self)}, blocks={len(self.block_ends)}, window={self.window}, "
-                f"lanes={self.lanes}, chunk={self.chunk}, seed={self.seed})")
+                f"lanes={self.lanes}, chunk={self.chunk}, split_seams={self.split_seams}, seed={self.seed})")
+
+
+def _check_split(op: str, split_seams: Any) -> bool:
+    if not isinstance(split_seams, bool):
+        raise TypeError(f"{op}: split_seams must be a bool (got {type(split_seams).__name__} {split_seams!r})")
+    return split_seams
 

@@ -84,6 +84,7 @@ def _check_layout(path: str, size: int, schema_end: int, footer: Footer) -> None
 class _ArrowIPC(TableSource):
     _op = _OP
     _block_word = "record batch"
+    _slot_buffers = False   # batches stay zero-copy views of the memory map (shared page cache)
 
     def __init__(self, paths: Any, columns: Sequence[str] | None, transform: Callable[..., Any] | None, columnar: bool,
                  cache_blocks: int, num_threads: int, storage_options: dict[str, Any] | None):

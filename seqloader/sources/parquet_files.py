@@ -214,10 +214,13 @@ def parquet(paths: Any, *, columns: Sequence[str] | None = None, transform: Call
         columns: the columns to read (default: all).
         transform: called on each row (a dict) when it is read; must be picklable for ``spawn``.
         columnar: make ``__getitems__`` (what the loader calls with each batch's indices)
-            return one dict of numpy column arrays instead of a list of rows; pass
+            return one dict of numpy column arrays instead of a list of rows (a list column
+            whose rows all have one length, such as tokens, as one 2-D array); pass
             ``collate_fn=torch.utils.data.default_convert`` to the loader to turn it into a dict
             of tensors. The fast path: no Python step per row.
-        cache_blocks: decoded row groups kept per process (at least a block shuffle's window).
+        cache_blocks: decoded row groups kept per process, shared by its threads: at least a
+            block shuffle's ``window`` with worker processes, ``2 * window`` with
+            ``threads_per_worker``, ``window * (num_workers + 1)`` with thread workers.
         num_threads: footers read at once while indexing, row groups fetched at once in a
             batch (remote files).
         storage_options: keyword arguments for the fsspec filesystem (e.g. ``endpoint_url``).

@@ -4,7 +4,8 @@ The index is built once per shard (one pass, :mod:`seqloader.sources._tar_index`
 (:mod:`seqloader.sources._tar_cache`); afterwards item ``p`` is found by bisection over the
 shards' cumulative sample counts and read by offset: one read (a range request on object
 storage) spanning its members. A batch groups its samples by shard, merges reads that are close
-together (:data:`MERGE_GAP`) and, for remote shards, issues them ``num_threads`` at a time. A
+together (remote shards: :data:`MERGE_GAP`; local ones: reads that touch) and, for remote
+shards, issues them ``num_threads`` at a time. A
 shard's content in a fingerprint is the digest of its member table (``members:<hex>``).
 """
 
@@ -28,7 +29,9 @@ __all__ = ["tar_shards"]
 
 _OP = "tar_shards"
 _SUFFIXES = (".tar",)
-#: Reads of one shard less than this many bytes apart are merged into one.
+#: Reads of one remote shard less than this many bytes apart are merged into one (a range request
+#: costs more than reading the gap). Local reads are merged only where they touch: a ``pread`` costs
+#: less than copying a gap, and a batch's bytes then stay as small as its samples.
 MERGE_GAP = 64 * 1024
 #: A merged read is not extended past this many bytes.
 MERGE_MAX = 16 << 20
@@ -78,38 +81,50 @@ class _TarShards(Source[Any]):
         """The fields read from shard ``s``, and their offsets and sizes for ``samples``
         (``[field, sample]``, offset ``-1`` where a sample lacks the field)."""
         shard = self._shards[s]
+        if self._extensions is None:   # (every field: no copy of the shard's whole table)
+            return shard.exts, shard.offsets[:, samples], shard.sizes[:, samples]
         rows = self._fields(shard)
-        return [shard.exts[e] for e in rows], shard.offsets[rows][:, samples], shard.sizes[rows][:, samples]
+        return [shard.exts[e] for e in rows], shard.offsets[:, samples][rows], shard.sizes[:, samples][rows]
+
+    def _plan(self, s: int, where: Positions, js: Positions) -> list[tuple[Any, ...]]:
+        """The reads of shard ``s`` for its samples ``js`` (at ``where`` in the batch), in file
+        order; samples whose members are less than :data:`MERGE_GAP` apart (remote; local: that
+        touch) share one read (at most :data:`MERGE_MAX` bytes). Each read:
+        ``(s, start, end, where, keys, fields, offsets, sizes)``, the last four per sample
+        (offset ``-1``: a field the sample lacks)."""
+        names, off, size = self._members(s, js)
+        present = off >= 0
+        if present.all():   # (the usual case: every sample has every field read)
+            starts, ends = off.min(axis=0), (off + size).max(axis=0)
+        else:
+            starts = np.where(present, off, np.iinfo(np.int64).max).min(axis=0)
+            ends = np.where(present, off + size, -1).max(axis=0)
+            none = ~present.any(axis=0)   # a sample without any of the fields read: nothing to read
+            starts[none], ends[none] = 0, 0
+        order = np.argsort(starts, kind="stable")
+        st, en = starts[order].tolist(), ends[order].tolist()
+        keys = self._shards[s].keys[js[order]].tolist()
+        wh, offs, sizes = where[order].tolist(), off.T[order].tolist(), size.T[order].tolist()
+        gap = MERGE_GAP if self._files.remote else 0
+        reads, first, a, b = [], 0, st[0], en[0]
+        for i in range(1, len(st)):
+            x, y = st[i], en[i]
+            if x - b <= gap and max(y, b) - a <= MERGE_MAX:
+                b = max(b, y)
+                continue
+            reads.append((s, a, b, wh[first:i], keys[first:i], names, offs[first:i], sizes[first:i]))
+            first, a, b = i, x, y
+        reads.append((s, a, b, wh[first:], keys[first:], names, offs[first:], sizes[first:]))
+        return reads
 
     def _item(self, i: int) -> Any:
         return self._items(np.array([i], dtype=np.int64))[0]
 
     def _items(self, positions: Positions) -> list[Any]:
         shards, samples = self._index.locate(positions)
-        reads = []   # (shard, start, end, [(where, key, [(field, offset, size), ...]), ...])
+        reads = []   # (shard, start, end, where, keys, names, offsets, sizes): one read, its samples
         for s, where in group_by_block(shards):
-            js = samples[where]
-            names, off, size = self._members(s, js)
-            present = off >= 0
-            starts = np.where(present, off, np.iinfo(np.int64).max).min(axis=0)
-            ends = np.where(present, off + size, -1).max(axis=0)
-            none = ~present.any(axis=0)   # a sample without any of the fields read: nothing to read
-            starts[none], ends[none] = 0, 0
-            keys = self._shards[s].keys[js].tolist()
-            offs, sizes, wh = off.T.tolist(), size.T.tolist(), where.tolist()
-            cur: list[Any] = []
-            for o in np.argsort(starts, kind="stable").tolist():
-                a, b = int(starts[o]), int(ends[o])
-                member = (wh[o], keys[o], [(f, x, n) for f, x, n in zip(names, offs[o], sizes[o]) if x >= 0])
-                if cur and a - cur[2] <= MERGE_GAP and max(b, cur[2]) - cur[1] <= MERGE_MAX:
-                    cur[2] = max(cur[2], b)
-                    cur[3].append(member)
-                else:
-                    if cur:
-                        reads.append(tuple(cur))
-                    cur = [s, a, b, [member]]
-            if cur:
-                reads.append(tuple(cur))
+            reads += self._plan(s, where, samples[where])
         for s in {r[0] for r in reads}:
             self._files.check(s)   # once per shard and batch, not per read
         def fetch(r: tuple[Any, ...]) -> bytes:
@@ -117,12 +132,12 @@ class _TarShards(Source[Any]):
 
         blobs = self._threads.map(fetch, reads) if self._files.remote else [fetch(r) for r in reads]
         out: list[Any] = [None] * positions.size
-        for (_, start, _, members), blob in zip(reads, blobs):
-            view = memoryview(blob)
-            for w, key, fields in members:
+        for (_, start, _, where, keys, names, offs, sizes), blob in zip(reads, blobs):
+            for w, key, o, n in zip(where, keys, offs, sizes):
                 item = {"__key__": key}
-                for f, x, n in fields:
-                    item[f] = bytes(view[x - start:x - start + n])
+                for f, x, k in zip(names, o, n):
+                    if x >= 0:   # (slicing the bytes: a memoryview's slice then bytes() costs 3x more)
+                        item[f] = blob[x - start:x - start + k]
                 out[w] = item
         if self._transform is not None:
             w = 0

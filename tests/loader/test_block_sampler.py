@@ -50,3 +50,20 @@ def test_a_state_for_another_window_is_refused():
     sd = make(0).state_dict()
     with pytest.raises(ValueError, match=r"'window' is 2 in the state but this sampler has 3"):
         make(0, window=3).load_state_dict(sd)
+
+
+def test_seams_are_split_by_default_and_a_state_saved_before_that_keeps_its_order():
+    loader = make(2)
+    assert loader.sampler.split_seams is True
+    sd = json_round_trip(loader.state_dict())
+    assert sd["sampler"]["split_seams"] is True
+    old = dict(sd, sampler={k: v for k, v in sd["sampler"].items() if k != "split_seams"})  # an older state
+    resumed = make(0)
+    resumed.load_state_dict(old)
+    assert resumed.sampler.split_seams is False
+    from seqloader.orders.block_permutation import BlockPermutation
+    from seqloader.rng import derive_seed
+    perm = BlockPermutation(ENDS, 2, derive_seed(3, "shuffle", 0), lanes=2, chunk=4)   # the order before
+    assert torch.cat(list(resumed)).tolist() == perm(torch.arange(60).numpy()).tolist()
+    with pytest.raises(ValueError, match="BlockShuffleSampler.load_state_dict: split_seams must be a bool"):
+        make(0).load_state_dict(dict(sd, sampler=dict(sd["sampler"], split_seams="yes")))

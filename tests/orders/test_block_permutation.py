@@ -220,3 +220,58 @@ def test_measure_argument_errors():
         bytes_read_ratio([0], [4], batch_size=1, num_workers=1, cache_blocks=0, block_bytes=[1, 2])
     assert bytes_read_ratio([0, 1, 2, 3], [2, 4], batch_size=2, num_workers=1, cache_blocks=0,
                             block_bytes=[100, 300]) == 1.0
+
+
+# -- split seams ------------------------------------------------------------------------------------
+
+@given(block_sizes, windows, seeds, st.integers(1, 4), st.integers(1, 7))
+def test_split_seams_is_a_bijection_whose_lanes_read_their_own_region(sizes, window, seed, lanes, chunk):
+    ends = ends_of(sizes)
+    n = ends[-1] if ends else 0
+    shared = BlockPermutation(ends, window, seed, lanes=lanes, chunk=chunk)
+    split = BlockPermutation(ends, window, seed, lanes=lanes, chunk=chunk, split_seams=True)
+    order = split(np.arange(n))
+    assert sorted(order.tolist()) == list(range(n)) and [split.index(p) for p in range(n)] == order.tolist()
+    assert split.lane_bounds() == shared.lane_bounds()
+    plain = BlockPermutation(ends, window, seed)(np.arange(n)).tolist()
+    bounds = split.lane_bounds()
+    s = lane_oracle(n, lanes, chunk)
+    cut = {int(b) for b in bounds[1:-1]}
+    wstart = shared._wstart.tolist() if shared._shuffled else []
+    for w in range(len(wstart) - 1):
+        lo, hi = wstart[w], wstart[w + 1]
+        inside = [p for p in range(n) if lo <= s[p] < hi]
+        # the rows of a window are the same; a window no lane boundary cuts keeps its order
+        assert sorted(order[inside].tolist()) == sorted(plain[lo:hi])
+        if window is None or not any(lo < b < hi for b in cut):
+            assert order[inside].tolist() == shared(np.array(inside, dtype=np.int64)).tolist()
+
+
+def test_with_split_seams_two_lanes_share_at_most_the_block_across_their_boundary():
+    ends = np.cumsum(np.full(20, 4096))                    # 20 row groups, as in issue 28
+    n = int(ends[-1])
+    for window in (4, 8):
+        for split, most in ((False, window), (True, 1)):
+            perm = BlockPermutation(ends, window, seed=0, lanes=2, chunk=64, split_seams=split)
+            order = perm(np.arange(n))
+            lo, mid, hi = perm.lane_bounds()
+            lanes = [order[np.arange(n) // 64 % 2 == lane] for lane in (0, 1)]
+            blocks = [set(np.searchsorted(ends, lane, side="right").tolist()) for lane in lanes]
+            assert len(blocks[0] & blocks[1]) <= most
+            ratio = bytes_read_ratio(order, ends, batch_size=64, num_workers=2, cache_blocks=window)
+            assert ratio <= (1.05 if split else 1.0 + window / 20 + 0.01)
+        assert ratio <= 1.05
+
+
+def test_the_split_seams_order_is_pinned_and_repr_pickle_and_equality_know_it():
+    perm = BlockPermutation([3, 7, 7, 12], window=2, seed=42, lanes=2, chunk=2, split_seams=True)
+    assert perm(np.arange(12)).tolist() == PINNED_SPLIT
+    assert repr(perm) == "BlockPermutation(blocks=4, window=2, seed=42, lanes=2, chunk=2, split_seams=True, n=12)"
+    clone = pickle.loads(pickle.dumps(perm))
+    assert clone == perm and clone(np.arange(12)).tolist() == PINNED_SPLIT
+    assert perm != BlockPermutation([3, 7, 7, 12], window=2, seed=42, lanes=2, chunk=2)
+    with pytest.raises(TypeError, match="BlockPermutation: split_seams must be a bool"):
+        BlockPermutation([3], window=1, seed=0, split_seams=1)
+
+
+PINNED_SPLIT = [4, 6, 9, 10, 5, 3, 11, 0, 7, 8, 1, 2]

@@ -105,7 +105,8 @@ def test_arrow_rows_and_batches_equal_pyarrows_read(arrow_files):
 def test_arrow_reads_zero_copy_from_the_memory_map(arrow_files):
     src = arrow_ipc(arrow_files, columns=["i"])
     src[0]
-    cols = src._decoded([0])[0]
+    with src._pinned([0]) as decoded:
+        cols = decoded[0].cols
     assert not cols["i"].flags.owndata and not cols["i"].flags.writeable  # a view of the mapped file
 
 

@@ -1,0 +1,401 @@
+"""Thread workers against worker processes (issue 28): the same loader on each executor, and the anchors.
+
+Each workload runs seqloader's executors (``worker_method="thread"``, worker processes, threads
+inside worker processes with ``threads_per_worker``, ``num_workers=0``) on the same data, with the
+baselines of issue 28, interleaved (``best_of``) so that the machine's load hits every row alike.
+``ratio`` is over torch's ``DataLoader`` on the same data unless the notes name another base;
+*CPU-s* (Parquet, tar) is the least CPU time an epoch used, this process's threads and its worker
+processes together: the machine's load disturbs it less than the wall clock; *cores busy*
+(``threads_tiny``) is that CPU time over the epoch's seconds.
+
+* ``threads_parquet``: 20 Parquet files of one row group, 512 int32 tokens a row (``list<int32>``),
+  batch 64, a block shuffle (``window=4``). A one-process pyarrow scan (``iter_batches(64)`` to
+  tensors, file order), torch's ``DataLoader`` over a map-style row index (the ratio base, 2
+  workers, the same sampler), seqloader's ``parquet(columnar=True)`` (a batch is a dict holding a
+  ``(64, 512)`` tensor) on 0 workers, 2 processes, 2 threads and 2 processes x 2 threads, and an
+  SPDL pipeline over the row groups (one process, 2 threads). *bytes decoded / dataset*: Arrow
+  bytes of the row groups decoded in all processes, over the dataset's.
+* ``threads_tar``: tar shards of 160x160 JPEGs decoded with PIL, batch 64, 2 workers, a block
+  shuffle (``window=2``): ``tar_shards`` and a hand-written offset index (``os.pread``) through
+  ``seqloader.DataLoader`` on threads and on processes, torch's ``DataLoader`` over the offset
+  index (the ratio base) and ``webdataset``'s ``WebLoader``.
+* ``threads_memory``: a map-style dataset holding 1.2M ``(path, label)`` pairs, batch 256, 2
+  workers, each loader in a fresh subprocess (in this process with ``--quick``): peak PSS of the
+  process tree over an epoch and the seconds to the first batch.
+* ``threads_tiny``: 200,000 ints, batch 256, 2 workers (the items cost nothing: what is measured
+  is each loader's own work per batch), and 4,000 items of ~0.3 ms of pure Python each, batch 64
+  (the GIL lets one thread run at a time: where threads lose).
+* ``threads_latency``: items that wait 20 ms (``benchmarks.sources.SleepyFiles``), batch 32, 2
+  processes: ``threads_per_worker=16`` against Grain (``ReadOptions(num_threads=16)``, 2
+  ``mp_prefetch`` workers; the ratio base; not with ``--quick``), and 32 thread workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, default_convert
+
+import seqloader
+from benchmarks.common import IntDataset, Options, Row, best_of
+from benchmarks.threads_data import (PathLabels, PssSampler, PythonItems, RowIndex, TarIndex, cache_blocks,
+                                     decode_jpeg, read_tokens, with_cpu, write_jpeg_shards, write_token_files)
+
+__all__ = ["THREADS_WORKLOADS", "threads_latency", "threads_memory", "threads_parquet", "threads_tar",
+           "threads_tiny"]
+
+BATCH = 64
+#: (label, num_workers, worker_method, threads_per_worker): seqloader's executors, in row order.
+EXECUTORS = [("seqloader, 0 workers", 0, "multiprocessing", 1), ("seqloader, processes", 2, "multiprocessing", 1),
+             ("seqloader, threads", 2, "thread", 1), ("seqloader, 2 processes x 2 threads", 2, "multiprocessing", 2)]
+
+
+def _loader(dataset: Any, sampler: Any, num_workers: int, method: str, threads: int, **kw: Any) -> Any:
+    extra = {} if num_workers == 0 else {"worker_method": method}
+    if threads > 1:
+        extra["threads_per_worker"] = threads
+    return seqloader.DataLoader(dataset, batch_size=kw.pop("batch_size", BATCH), sampler=sampler,
+                                num_workers=num_workers, seed=0, **extra, **kw)
+
+
+def _epoch(make: Callable[[], Any]) -> float:
+    """Seconds to build an iterable with ``make()`` and read it to its end."""
+    t0 = time.perf_counter()
+    for _ in make():
+        pass
+    return time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- Parquet
+
+
+def _scan(paths: list[str]) -> float:
+    import pyarrow.parquet as pq
+
+    t0 = time.perf_counter()
+    for path in paths:
+        for rb in pq.ParquetFile(path).iter_batches(batch_size=BATCH):
+            col = rb.column("tokens")
+            torch.from_numpy(col.flatten().to_numpy().reshape(len(col), -1).copy())
+    return time.perf_counter() - t0
+
+
+def _spdl(paths: list[str], order: list[int]) -> float:
+    from spdl.pipeline import PipelineBuilder
+
+    def split(rows: np.ndarray) -> list[torch.Tensor]:
+        return [torch.from_numpy(rows[i:i + BATCH].copy()) for i in range(0, len(rows), BATCH)]
+
+    t0 = time.perf_counter()
+    pipeline = (PipelineBuilder().add_source([paths[k] for k in order])
+                .pipe(lambda path: read_tokens(path, 0), concurrency=2).pipe(split).disaggregate()
+                .add_sink(8).build(num_threads=2))
+    with pipeline.auto_stop():
+        for _ in pipeline:
+            pass
+    return time.perf_counter() - t0
+
+
+def threads_parquet(opts: Options) -> list[Row]:
+    """A block-shuffled Parquet epoch of token rows on every executor, against pyarrow, torch and SPDL."""
+    files, rows, tokens, window = (20, 128, 512, 4) if opts.quick else (20, 4096, 512, 4)
+    tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
+    decoded: dict[str, float] = {}
+    try:
+        folder = os.path.join(tmp, "tokens")
+        write_token_files(folder, files, rows, tokens)
+        paths = sorted(os.path.join(folder, f) for f in os.listdir(folder))
+        probe = seqloader.parquet(folder)
+        total = sum(probe._read_blocks([b])[0].nbytes for b in range(len(paths)))  # what the counters count
+        n = files * rows
+
+        def seq(label: str, num_workers: int, method: str, threads: int) -> float:
+            cache = cache_blocks(window, num_workers, method, threads)
+            src = seqloader.parquet(folder, columnar=True, cache_blocks=cache)
+            sampler = seqloader.BlockShuffleSampler(src, window=window, seed=0)
+            seen: dict[int, int] = {}
+
+            def collate(batch: dict) -> tuple:   # (the batch, and its process's decoded bytes so far)
+                return default_convert(batch), os.getpid(), src.counters()["bytes_decoded"]
+
+            t0 = time.perf_counter()
+            for _, pid, nbytes in _loader(src, sampler, num_workers, method, threads, collate_fn=collate):
+                seen[pid] = max(seen.get(pid, 0), nbytes)
+            dt = time.perf_counter() - t0
+            decoded[label] = sum(seen.values()) / total
+            return dt
+
+        def torch_epoch() -> float:
+            ds = RowIndex(paths, cache_blocks=window)
+            sampler = seqloader.BlockShuffleSampler(ds, window=window, seed=0, lanes=2, chunk=BATCH)
+            t0 = time.perf_counter()
+            for _ in DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=2):
+                pass
+            return time.perf_counter() - t0
+
+        order = np.random.default_rng(0).permutation(files).tolist()
+        runs: dict[str, Callable[[], float]] = {"scan": lambda: _scan(paths), "torch": torch_epoch}
+        for label, w, method, threads in EXECUTORS:
+            runs[label] = lambda label=label, w=w, method=method, threads=threads: seq(label, w, method, threads)
+        runs["spdl"] = lambda: _spdl(paths, order)
+        cpu: dict[str, float] = {}
+        best = best_of(opts.repeat, with_cpu(runs, cpu))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    mb = total / 1e6
+    size = f"{files} files x {rows:,} rows x {tokens} int32 tokens, {mb:.0f} MB decoded, batch {BATCH}"
+    scan, base = best["scan"], best["torch"]
+
+    def row(label: str, key: str, workers: int, notes: str) -> Row:
+        t = best[key]
+        return Row("threads_parquet", label, workers, n / t, "rows/s", mb / t, ratio=base / t,
+                   notes=f"{scan / t:.2f}x the pyarrow scan ({cpu[key]:.2f} CPU-s); {notes}")
+
+    out = [Row("threads_parquet", "pyarrow scan: iter_batches(64) -> tensors", 0, n / scan, "rows/s", mb / scan,
+               ratio=base / scan, notes=f"{size}; one process, file order: the 'x the pyarrow scan' base "
+                                        f"({cpu['scan']:.2f} CPU-s)"),
+           Row("threads_parquet", "torch DataLoader over a map-style row index", 2, n / base, "rows/s", mb / base,
+               notes=f"the ratio base ({cpu['torch']:.2f} CPU-s); BlockShuffleSampler(window={window}, lanes=2), an "
+                     f"LRU of {window} row groups per worker, a row per __getitem__")]
+    for label, w, method, threads in EXECUTORS:
+        cache = cache_blocks(window, w, method, threads)
+        out.append(row(label, label, w, f"bytes decoded / dataset {decoded[label]:.2f}; cache_blocks={cache}"))
+    out.append(row("SPDL pipeline over the row groups, 2 threads", "spdl", 2,
+                   "one process; row groups in a shuffled order, rows in file order"))
+    return out
+
+
+# --------------------------------------------------------------------------- tar shards of JPEGs
+
+
+def _wds(urls: list[str]) -> float:
+    import webdataset as wds
+
+    t0 = time.perf_counter()
+    ds = wds.WebDataset(urls, shardshuffle=False, empty_check=False).map(decode_jpeg).batched(BATCH)
+    for _ in wds.WebLoader(ds, batch_size=None, num_workers=2):
+        pass
+    return time.perf_counter() - t0
+
+
+def threads_tar(opts: Options) -> list[Row]:
+    """Tar shards of JPEGs decoded with PIL: tar_shards and an offset index on threads and processes,
+    against torch and webdataset."""
+    shards, per, side = (2, 32, 160) if opts.quick else (8, 250, 160)
+    tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
+    try:
+        folder = os.path.join(tmp, "shards")
+        urls = write_jpeg_shards(folder, shards, per, side)
+        src = seqloader.tar_shards(folder, transform=decode_jpeg)   # both indexes built before timing
+        index = TarIndex(urls)
+        ends = np.cumsum([per] * shards)
+
+        def sampler(data: Any) -> Any:
+            return seqloader.BlockShuffleSampler(data, blocks=ends, window=2, seed=0, lanes=2, chunk=BATCH)
+
+        def tar(method: str) -> Any:
+            return _loader(src, sampler(src), 2, method, 1)
+
+        runs: dict[str, Callable[[], float]] = {
+            "torch": lambda: _epoch(lambda: DataLoader(index, batch_size=BATCH, sampler=sampler(index), num_workers=2)),
+            "tar-processes": lambda: _epoch(lambda: tar("multiprocessing")),
+            "tar-threads": lambda: _epoch(lambda: tar("thread")),
+            "index-processes": lambda: _epoch(lambda: _loader(index, sampler(index), 2, "multiprocessing", 1)),
+            "index-threads": lambda: _epoch(lambda: _loader(index, sampler(index), 2, "thread", 1))}
+        try:
+            import webdataset  # noqa: F401
+
+            runs["webdataset"] = lambda: _wds(urls)
+        except ImportError:
+            pass
+        cpu: dict[str, float] = {}
+        best = best_of(opts.repeat, with_cpu(runs, cpu))
+        mb = sum(os.path.getsize(u) for u in urls) / 1e6
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    n, base = shards * per, best["torch"]
+    wds_t = best.get("webdataset")
+
+    def row(label: str, key: str, notes: str) -> Row:
+        t = best[key]
+        vs_wds = f"{wds_t / t:.2f}x webdataset; " if wds_t else ""
+        return Row("threads_tar", label, 2, n / t, "samples/s", mb / t, ratio=base / t,
+                   notes=f"{vs_wds}{notes}; {cpu[key]:.2f} CPU-s")
+
+    size = f"{shards} shards x {per} JPEGs {side}x{side} ({mb:.0f} MB), PIL decode, batch {BATCH}"
+    out = [row("seqloader.tar_shards, threads", "tar-threads",
+               f"{best['index-threads'] / best['tar-threads']:.2f}x the offset index on threads; "
+               f"{best['tar-processes'] / best['tar-threads']:.2f}x tar_shards on processes"),
+           row("seqloader.tar_shards, processes", "tar-processes",
+               f"{best['index-processes'] / best['tar-processes']:.2f}x the offset index on processes"),
+           row("offset index (os.pread) through seqloader.DataLoader, threads", "index-threads", "hand-written"),
+           row("offset index (os.pread) through seqloader.DataLoader, processes", "index-processes", "hand-written"),
+           Row("threads_tar", "torch DataLoader over the offset index", 2, n / base, "samples/s", mb / base,
+               notes=f"{size}; the ratio base; every row: BlockShuffleSampler(window=2, lanes=2) over the shards; "
+                     f"{cpu['torch']:.2f} CPU-s")]
+    if wds_t:
+        out.append(Row("threads_tar", "webdataset WebLoader", 2, n / wds_t, "samples/s", mb / wds_t, ratio=base / wds_t,
+                       notes=f"shards split between the 2 workers, file order, webdataset's batched(64); "
+                             f"{cpu['webdataset']:.2f} CPU-s"))
+    return out
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def memory_child(loader: str, n: int) -> dict:
+    """In a fresh process: build :class:`PathLabels` of ``n``, read one epoch (batch 256, 2 workers)
+    with ``loader`` (``"thread"``, ``"process"`` or ``"torch"``); peak PSS, first batch, epoch."""
+    torch.set_num_threads(1)
+    data = PathLabels(n)
+    with PssSampler() as pss:
+        t0 = time.perf_counter()
+        if loader == "torch":
+            made = DataLoader(data, batch_size=256, shuffle=True, num_workers=2)
+        else:
+            made = seqloader.DataLoader(data, batch_size=256, shuffle=True, num_workers=2, seed=0,
+                                        worker_method="thread" if loader == "thread" else "multiprocessing")
+        it = iter(made)
+        next(it)
+        first = time.perf_counter() - t0
+        for _ in it:
+            pass
+        epoch = time.perf_counter() - t0
+        del it, made
+    return {"pss": pss.peak, "first": first, "epoch": epoch}
+
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _memory_in_subprocess(loader: str, n: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])))
+    code = f"import json; from benchmarks.threads import memory_child; print(json.dumps(memory_child({loader!r}, {n})))"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def threads_memory(opts: Options) -> list[Row]:
+    """Peak PSS and first batch of 1.2M (path, label) pairs, threads against processes (and torch)."""
+    n = 120_000 if opts.quick else 1_200_000
+    measure = (lambda k: memory_child(k, n)) if opts.quick else (lambda k: _memory_in_subprocess(k, n))
+    results: dict[str, list[dict]] = {k: [] for k in ("thread", "process", "torch")}
+    for _ in range(opts.repeat):
+        for k in results:
+            results[k].append(measure(k))
+    pss = {k: min(r["pss"] for r in v) for k, v in results.items()}
+    first = {k: min(r["first"] for r in v) for k, v in results.items()}
+    names = {"thread": "seqloader, threads", "process": "seqloader, processes", "torch": "torch DataLoader"}
+    out = []
+    for k in ("thread", "process", "torch"):
+        extra = f"{pss['thread'] / pss['process']:.2f}x the processes' PSS (goal <= 0.6); " if k == "thread" else ""
+        out.append(Row("threads_memory", f"{names[k]}: peak PSS", 2, pss[k] / 2**20, "MiB",
+                       ratio=None if k == "torch" else pss["torch"] / pss[k],
+                       notes=f"{extra}{n:,} (path, label) pairs, batch 256, main process + workers, "
+                             + ("this process (--quick)" if opts.quick else "fresh process")))
+    for k in ("thread", "process", "torch"):
+        out.append(Row("threads_memory", f"{names[k]}: first batch", 2, first[k], "s",
+                       ratio=None if k == "torch" else first["torch"] / first[k],
+                       notes="from building the loader (dataset built) to the first batch"
+                             + ("; goal <= 0.3 s" if k == "thread" else "")))
+    return out
+
+
+# --------------------------------------------------------------------------- GIL-bound and latency-bound
+
+
+def threads_tiny(opts: Options) -> list[Row]:
+    """200,000 ints, batch 256, 2 workers (and 4,000 items of pure Python work, batch 64):
+    threads against processes and torch, where the GIL decides."""
+    tiny, heavy = (IntDataset(5_000), PythonItems(200)) if opts.quick else (IntDataset(200_000), PythonItems(4_000))
+
+    runs: dict[str, Callable[[], float]] = {}
+    for name, data, bs in (("tiny", tiny, 256), ("python", heavy, 64)):
+        runs[f"{name}-threads"] = lambda d=data, b=bs: _epoch(lambda: _loader(d, None, 2, "thread", 1, batch_size=b,
+                                                                               shuffle=True))
+        runs[f"{name}-processes"] = lambda d=data, b=bs: _epoch(lambda: _loader(d, None, 2, "multiprocessing", 1,
+                                                                                 batch_size=b, shuffle=True))
+        runs[f"{name}-torch"] = lambda d=data, b=bs: _epoch(lambda: DataLoader(d, batch_size=b, shuffle=True,
+                                                                               num_workers=2))
+    cpu: dict[str, float] = {}
+    best = best_of(opts.repeat, with_cpu(runs, cpu))
+    out = []
+    for name, data, what in (("tiny", tiny, f"{len(tiny):,} ints, batch 256"),
+                             ("python", heavy, f"{len(heavy):,} items of ~0.3 ms of pure Python, batch 64")):
+        n, t, p, base = len(data), best[f"{name}-threads"], best[f"{name}-processes"], best[f"{name}-torch"]
+        label = "" if name == "tiny" else " (Python items)"
+        busy = {k: cpu[f"{name}-{k}"] / best[f"{name}-{k}"] for k in ("threads", "processes", "torch")}
+        out += [Row("threads_tiny", f"seqloader, threads{label}", 2, n / t, "samples/s", ratio=base / t,
+                    notes=f"{p / t:.2f}x seqloader's processes; {busy['threads']:.2f} cores busy"),
+                Row("threads_tiny", f"seqloader, processes{label}", 2, n / p, "samples/s", ratio=base / p,
+                    notes=f"{busy['processes']:.2f} cores busy"),
+                Row("threads_tiny", f"torch DataLoader{label}", 2, n / base, "samples/s",
+                    notes=f"{what}; {busy['torch']:.2f} cores busy")]
+    return out
+
+
+def threads_latency(opts: Options) -> list[Row]:
+    """Items that wait 20 ms: 2 processes x 16 threads against Grain's 2 processes x 16 read threads."""
+    from benchmarks.sources import SleepyFiles, _grain_batches, _steady
+
+    n, bs = (256, 32) if opts.quick else (3_840, 32)
+    tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
+    try:
+        paths = []
+        for i in range(n):
+            paths.append(os.path.join(tmp, f"{i:05d}.bin"))
+            with open(paths[-1], "wb") as f:
+                f.write(os.urandom(1024))
+        data = SleepyFiles(paths)
+        runs = {"inside": lambda: _steady(_loader(data, None, 2, "multiprocessing", 16, batch_size=bs, shuffle=True,
+                                                  collate_fn=list)),
+                "threads": lambda: _steady(_loader(data, None, 32, "thread", 1, batch_size=bs, shuffle=True,
+                                                   collate_fn=list))}
+        try:
+            import grain  # noqa: F401
+
+            if not opts.quick:   # (its spawned workers take seconds to start: not in a smoke test)
+                runs["grain"] = lambda: _steady(_grain_batches(paths, bs))
+        except ImportError:
+            pass
+        results = {k: [f() for _ in range(opts.repeat)] for k, f in runs.items()}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    steady = {k: max(r[1] for r in v) for k, v in results.items()}
+    total = {k: min(r[0] for r in v) for k, v in results.items()}
+    grain = steady.get("grain")
+
+    def ratio(k: str) -> float | None:
+        return None if grain is None else steady[k] / grain
+
+    common = f"{n:,} items, 20 ms each, batch {bs}; rate after the first batch"
+    out = [Row("threads_latency", "seqloader, 2 processes x 16 threads", 2, steady["inside"], "samples/s",
+               ratio=ratio("inside"), notes=f"ratio: over Grain (goal >= 1.5); {common}; "
+                                            f"{n / total['inside']:,.0f}/s with start-up"),
+           Row("threads_latency", "seqloader, 32 threads", 32, steady["threads"], "samples/s", ratio=ratio("threads"),
+               notes=f"ratio: over Grain; {n / total['threads']:,.0f}/s with start-up")]
+    if grain is not None:
+        out.append(Row("threads_latency", "Grain, 2 mp_prefetch workers x ReadOptions(num_threads=16)", 2, grain,
+                       "samples/s",
+                       notes=f"the ratio base; {n / total['grain']:,.0f}/s with start-up (spawned workers)"))
+    return out
+
+
+#: Workload name -> function(Options) -> rows.
+THREADS_WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
+    "threads_parquet": threads_parquet,
+    "threads_tar": threads_tar,
+    "threads_memory": threads_memory,
+    "threads_tiny": threads_tiny,
+    "threads_latency": threads_latency,
+}

@@ -1,0 +1,50 @@
+"""L3: every use of torch's private data-loading pieces, in one place.
+
+A torch release is checked here and nowhere else. What seqloader borrows from
+``torch.utils.data._utils`` and why:
+
+* the worker's ``WorkerInfo`` (what ``torch.utils.data.get_worker_info()`` returns) and the numpy
+  seed of torch's worker set-up (``_generate_state``), so that a dataset sees in seqloader's
+  workers exactly what torch's own workers would show it: :func:`install_worker_info`;
+* hiding that info around torch's default collate functions, which stack into a fresh
+  shared-memory segment per batch whenever they see one (seqloader ships results through its
+  own reused slots): :func:`collate_in_plain_memory`;
+* torch's generic ``collate`` and ``default_collate_fn_map``, to run ``default_collate`` with its
+  tensors stacked straight into regions of a worker's slot (:func:`collate_into_slot`);
+* the map-style fetch (``_MapDatasetFetcher``: ``dataset.__getitems__`` when it exists):
+  :func:`fetch`; pinning (``pin_memory``): :func:`pin`;
+* torch's words, which user code matches on: a dead worker, a timeout, running out of file
+  descriptors, the ``pin_memory`` warnings (:func:`worker_error`, :func:`open_files_error`,
+  :func:`pin_device`); a batch that killed a worker and its replacement starts with torch's
+  words for the last death (:func:`poison_error`).
+
+Checked against torch 2.13 and its development branch (2026-11): 2.13's ``WorkerInfo`` has the
+fields ``rng`` and ``worker_method``, which torch's process workers leave at their defaults
+(``None``, ``"multiprocessing"``); the development branch fills ``rng`` with the worker's global
+generators (``_RNG(random._inst, torch.default_generator, numpy's global RandomState)``) and makes
+``get_worker_info()`` look at a thread-local info (its thread workers) before the module global.
+:func:`install_worker_info` follows whichever torch is installed, and the hiding clears both.
+
+**Thread workers** (``worker_method="thread"``, and threads inside worker processes) need a
+``WorkerInfo`` per thread: :func:`install_thread_worker_info` sets one with ``worker_method="thread"``
+and the thread's own generators in ``rng`` (what ``torch.thread_safe_generator()`` returns), in the
+thread-local storage torch's development branch reads. On a torch without it (2.13), the first call
+gives ``get_worker_info`` that branch's body: its code object is replaced in place (so references
+taken before, ``from torch.utils.data import get_worker_info``, see it too), reading the
+thread-local info first and torch's module global otherwise. It is done once per process, only when
+thread workers start, and changes nothing for a thread without an info of its own (the main
+thread, torch's own workers). ``tests/loader/test_torch_compat.py`` checks both torches' ways.
+``tests/loader/test_torch_compat.py`` compares the info with the one torch's own workers build.
+"""
+
+from seqloader.loader.torch_compat.collate import (TORCH_COLLATES, collate_in_plain_memory, collate_into_slot, fetch,
+                                                   has_arrays, is_default_collate)
+from seqloader.loader.torch_compat.words import (open_files_error, pin, pin_device, poison_error,
+                                                 worker_error)
+from seqloader.loader.torch_compat.worker_info import (clear_worker_info, install_thread_worker_info,
+                                                       install_worker_info, numpy_worker_seed, thread_generators,
+                                                       worker_dataset, worker_info_hidden)
+
+__all__ = ["TORCH_COLLATES", "clear_worker_info", "collate_in_plain_memory", "collate_into_slot", "fetch", "install_thread_worker_info", "install_worker_info",
+           "has_arrays", "is_default_collate", "numpy_worker_seed", "open_files_error", "pin", "pin_device", "poison_error",
+           "thread_generators", "worker_dataset", "worker_error", "worker_info_hidden"]

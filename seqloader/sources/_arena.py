@@ -1,0 +1,248 @@
+"""A process's decoded blocks: a bounded, least-recently-used arena that decodes each block once.
+
+A columnar source (:mod:`seqloader.sources._table`) decodes whole blocks (Parquet row groups,
+Arrow record batches) and slices batches out of them. Under thread workers
+(``DataLoader(worker_method="thread")``, or ``threads_per_worker``) several threads of one
+process read the same source at once, so the arena is shared by them and follows these rules:
+
+* **Single flight.** A block is decoded once even when several threads need it at the same
+  time: the first thread to ask decodes it; the others wait for that decode (at most
+  :data:`WAIT_TIMEOUT` seconds, then ``TimeoutError`` naming the block) and take its result.
+  An error raised by the decode is raised in the decoding thread and in every thread waiting
+  for it (the same exception object, as ``concurrent.futures.Future.result`` does); the block
+  is not remembered as failed, so a later read tries again.
+* **No lock held while decoding.** The lock guards only the bookkeeping (which blocks are
+  kept, which are being decoded, pins, slots, the counters), so different blocks decode in
+  parallel on different threads (pyarrow releases the GIL while it decodes).
+* **No deadlock.** A thread first decodes every block it claimed, and only then waits for the
+  blocks that other threads claimed: a thread that others wait for never waits itself.
+* **Pins.** :meth:`Arena.pinned` hands out the blocks pinned: a pinned block is never evicted
+  and its *slot* never reused until the ``with`` block ends, so a batch may read views of it.
+* **Slots.** Each block is given one of ``capacity`` slot numbers when it is claimed (a free
+  one, or the slot of the least recently used unpinned block, which is then evicted), or
+  ``None`` when every slot is pinned or being filled. The decode may store the block at its
+  slot (the columnar source copies its columns into one buffer per column, so a batch spanning
+  several blocks is one ``take``); a slot is reused only once its block has left the arena.
+
+The arena keeps at most ``capacity`` blocks, the ones used last (more only while pinned).
+Counters (blocks decoded, their bytes, blocks waited for, items read) are updated under the
+same lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Callable, Generic, Optional, Sequence, TypeVar
+
+from seqloader.errors import check_positive_int
+
+__all__ = ["Arena", "WAIT_TIMEOUT"]
+
+V = TypeVar("V")
+
+#: The longest a thread waits for another thread's decode of a block it needs, in seconds.
+WAIT_TIMEOUT = 600.0
+
+#: ``decode(blocks, slots) -> [(value, nbytes), ...]``: one pair per block, in order.
+Decode = Callable[[list[int], list[Optional[int]]], Sequence[tuple[V, int]]]
+
+
+class _Entry:
+    """A block being decoded (``done`` not set) or kept (``done`` set, ``value`` filled in)."""
+
+    __slots__ = ("done", "value", "error", "slot", "pins")
+
+    def __init__(self, slot: Optional[int]) -> None:
+        self.done = threading.Event()
+        self.value: object = None
+        self.error: BaseException | None = None
+        self.slot = slot
+        self.pins = 0
+
+
+class Arena(Generic[V]):
+    """Decoded blocks of one process, at most ``capacity`` kept (see the module docstring).
+
+    Args:
+        capacity: blocks kept (and slots), ``>= 1``.
+        op: the source's name, for messages.
+
+    Example:
+        >>> arena = Arena(2, "demo")
+        >>> decode = lambda blocks, slots: [((b, s), 10) for b, s in zip(blocks, slots)]
+        >>> with arena.pinned([0, 1], decode, str) as got:
+        ...     got                                        # (block, slot)
+        {0: (0, 0), 1: (1, 1)}
+        >>> with arena.pinned([2], decode, str) as got:    # block 0, used least recently, gives its slot
+        ...     got, arena.kept()
+        ({2: (2, 0)}, [1, 2])
+        >>> arena.counters()["blocks_decoded"], arena.counters()["bytes_decoded"]
+        (3, 30)
+        >>> with arena.pinned([5], lambda blocks, slots: [], str):
+        ...     pass
+        Traceback (most recent call last):
+        RuntimeError: demo: the decode of blocks [5] returned 0 results
+    """
+
+    def __init__(self, capacity: int, op: str = "arena"):
+        self.capacity = check_positive_int(op, "cache_blocks", capacity)
+        self._op = op
+        self._lock = threading.Lock()
+        self._entries: dict[int, _Entry] = {}                                # decoding or kept
+        self._kept: collections.OrderedDict[int, _Entry] = collections.OrderedDict()  # LRU of kept
+        self._free = list(range(capacity - 1, -1, -1))                      # free slots (pop: lowest)
+        self._counters = {"blocks_decoded": 0, "bytes_decoded": 0, "blocks_waited": 0, "items_read": 0}
+
+    def counters(self) -> dict[str, int]:
+        """A copy of the counters: ``blocks_decoded``, ``bytes_decoded``, ``blocks_waited`` (blocks
+        a thread took from another thread's decode), ``items_read``."""
+        with self._lock:
+            return dict(self._counters)
+
+    def kept(self) -> list[int]:
+        """The blocks kept, least recently used first."""
+        with self._lock:
+            return list(self._kept)
+
+    def pinned(self, blocks: Sequence[int], decode: Decode[V], describe: Callable[[int], str],
+               items: int = 0) -> "_Pinned[V]":
+        """``with arena.pinned(blocks, decode, describe) as values:`` the decoded value of each of
+        ``blocks`` (distinct ints), pinned until the ``with`` block ends; the blocks neither kept
+        nor being decoded by another thread are decoded here.
+
+        Args:
+            blocks: the blocks wanted.
+            decode: ``decode(missing, slots) -> [(value, nbytes), ...]``, one pair per block of
+                ``missing`` in order (``slots[i]``: the slot of ``missing[i]``, or ``None``);
+                called without the lock held, at most once per call.
+            describe: ``describe(block)`` names a block in a message (``"row group 3 of a.parquet"``).
+            items: added to the ``items_read`` counter (under the same lock).
+
+        Raises:
+            TimeoutError: another thread's decode of a block did not finish within
+                :data:`WAIT_TIMEOUT` seconds.
+            Exception: whatever ``decode`` raised, here or in the thread that decoded a block
+                this call waited for.
+        """
+        return _Pinned(self, blocks, decode, describe, items)
+
+    def _pin(self, blocks: Sequence[int], decode: Decode[V], describe: Callable[[int], str],
+             items: int) -> tuple[dict[int, V], list[_Entry]]:
+        """The values of ``blocks`` and the entries pinned for them (unpinned again if this raises)."""
+        out: dict[int, V] = {}
+        held: list[_Entry] = []      # entries this call pinned
+        mine: list[tuple[int, _Entry]] = []
+        theirs: list[tuple[int, _Entry]] = []
+        with self._lock:
+            missing = []
+            for b in blocks:   # first pin what is there, so that claiming a slot cannot evict it
+                entry = self._entries.get(b)
+                if entry is None:
+                    missing.append(b)
+                    continue
+                if entry.done.is_set():
+                    self._kept.move_to_end(b)
+                    out[b] = entry.value  # type: ignore[assignment]  # a kept entry holds its value
+                else:
+                    theirs.append((b, entry))
+                entry.pins += 1
+                held.append(entry)
+            for b in missing:
+                entry = self._entries[b] = _Entry(self._slot())
+                entry.pins += 1
+                held.append(entry)
+                mine.append((b, entry))
+            self._counters["blocks_waited"] += len(theirs)
+            self._counters["items_read"] += items
+        try:
+            if mine:
+                self._decode(mine, decode, out)
+            for b, entry in theirs:
+                if not entry.done.wait(WAIT_TIMEOUT):
+                    raise TimeoutError(f"{self._op}: waited {WAIT_TIMEOUT:g} s for {describe(b)}, which another "
+                                       "thread of this process is decoding; is a read hanging (a stalled file "
+                                       "system)?")
+                if entry.error is not None:
+                    raise entry.error
+                out[b] = entry.value  # type: ignore[assignment]  # set with done, by the decoding thread
+        except BaseException:
+            self._unpin(held)
+            raise
+        return out, held
+
+    def _unpin(self, held: list[_Entry]) -> None:
+        with self._lock:
+            for entry in held:
+                entry.pins -= 1
+            self._trim()
+
+    def _slot(self) -> Optional[int]:
+        """A free slot, or the slot of the least recently used unpinned block (evicted), or ``None``."""
+        if self._free:
+            return self._free.pop()
+        for b, entry in self._kept.items():
+            if entry.pins == 0 and entry.slot is not None:
+                self._evict(b, entry)
+                return self._free.pop()
+        return None
+
+    def _evict(self, b: int, entry: _Entry) -> None:
+        del self._kept[b]
+        del self._entries[b]
+        if entry.slot is not None:
+            self._free.append(entry.slot)
+
+    def _trim(self) -> None:
+        """Evict unpinned blocks, least recently used first, while more than ``capacity`` are kept."""
+        if len(self._kept) <= self.capacity:
+            return
+        for b, entry in list(self._kept.items()):
+            if len(self._kept) <= self.capacity:
+                break
+            if entry.pins == 0:
+                self._evict(b, entry)
+
+    def _decode(self, mine: list[tuple[int, _Entry]], decode: Decode[V], out: dict[int, V]) -> None:
+        """Decode the blocks this thread claimed; publish the values (or the error) to their waiters."""
+        try:
+            results = decode([b for b, _ in mine], [e.slot for _, e in mine])
+            if len(results) != len(mine):
+                raise RuntimeError(f"{self._op}: the decode of blocks {[b for b, _ in mine]} returned "
+                                   f"{len(results)} results")
+        except BaseException as exc:
+            with self._lock:
+                for b, entry in mine:
+                    del self._entries[b]
+                    if entry.slot is not None:
+                        self._free.append(entry.slot)
+                    entry.error = exc
+            for _, entry in mine:
+                entry.done.set()
+            raise
+        with self._lock:
+            for (b, entry), (value, nbytes) in zip(mine, results):
+                entry.value = out[b] = value
+                self._kept[b] = entry
+                self._counters["blocks_decoded"] += 1
+                self._counters["bytes_decoded"] += int(nbytes)
+            self._trim()
+        for _, entry in mine:
+            entry.done.set()
+
+
+class _Pinned(Generic[V]):
+    """What :meth:`Arena.pinned` returns: pins on ``__enter__``, unpins on ``__exit__``."""
+
+    __slots__ = ("_arena", "_args", "_held")
+
+    def __init__(self, arena: Arena[V], *args: object):
+        self._arena, self._args = arena, args
+        self._held: list[_Entry] = []
+
+    def __enter__(self) -> dict[int, V]:
+        out, self._held = self._arena._pin(*self._args)  # type: ignore[arg-type]  # pinned()'s arguments
+        return out
+
+    def __exit__(self, *exc: object) -> None:
+        self._arena._unpin(self._held)

@@ -1,0 +1,168 @@
+"""Columnar sources' conversion to numpy (``seqloader/sources/_table.py``): token columns whose
+rows all have one length come back as one 2-D array (a 2-D tensor after ``default_convert``),
+ragged ones as object arrays; the arena is shared by the threads of a process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import default_collate, default_convert
+
+import seqloader
+from seqloader.sources._table import to_numpy
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+def tokens(rows: int, width: int, start: int = 0, typ=None):
+    values = np.arange(start, start + rows * width, dtype=np.int32)
+    offsets = np.arange(0, rows * width + 1, width, dtype=np.int32)
+    arr = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+    return arr if typ is None else arr.cast(typ)
+
+
+def write(path, groups):
+    """A Parquet file with one row group per table of ``groups``."""
+    with pq.ParquetWriter(path, groups[0].schema) as w:
+        for t in groups:
+            w.write_table(t)
+
+
+@pytest.mark.parametrize("typ", [None, pa.list_(pa.int64()), pa.large_list(pa.int32()), pa.list_(pa.float32()),
+                                 pa.list_(pa.int32(), 4)])
+def test_lists_of_one_length_are_a_2d_view_of_arrows_values(typ):
+    arr = tokens(5, 4, typ=typ)
+    out = to_numpy(arr)
+    assert out.shape == (5, 4) and out.dtype == arr.type.value_type.to_pandas_dtype()
+    assert out.tolist() == np.arange(20).reshape(5, 4).tolist()
+    assert np.shares_memory(out, arr.flatten().to_numpy())  # zero-copy: a view of Arrow's buffer
+
+
+def test_a_sliced_list_array_and_a_chunked_one_give_their_own_rows():
+    arr = tokens(6, 3)
+    assert to_numpy(arr.slice(2, 3)).tolist() == np.arange(6, 15).reshape(3, 3).tolist()
+    chunked = pa.chunked_array([tokens(2, 3), tokens(3, 3, start=6)])
+    assert to_numpy(chunked).tolist() == np.arange(15).reshape(5, 3).tolist()
+    mixed = to_numpy(pa.chunked_array([tokens(2, 3), tokens(1, 2, start=6)]))   # chunks of other lengths
+    assert mixed.dtype == object and [r.tolist() for r in mixed] == [[0, 1, 2], [3, 4, 5], [6, 7]]
+
+
+@pytest.mark.parametrize("arr", [
+    pa.array([[1, 2, 3], [4]]),                         # ragged
+    pa.array([[1, 2], None]),                           # a null row
+    pa.array([[1, None], [3, 4]]),                      # a null value
+    pa.array([["a", "b"], ["c", "d"]]),                 # not numbers
+    pa.array([[[1], [2]], [[3], [4]]]),                 # nested
+], ids=["ragged", "null-row", "null-value", "strings", "nested"])
+def test_other_lists_stay_object_arrays_of_rows(arr):
+    out = to_numpy(arr)
+    assert out.dtype == object and out.shape == (len(arr),)
+    assert plain(out) == arr.to_pylist()
+
+
+def plain(x):
+    """Nested numpy arrays as nested lists."""
+    if isinstance(x, np.ndarray):
+        return [plain(v) for v in x]
+    return x.item() if isinstance(x, np.generic) else x
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    """Two row groups of 512-token rows (8 and 6 rows), and a label column."""
+    path = tmp_path / "tokens.parquet"
+    groups = [pa.table({"tokens": tokens(8, 512), "label": np.arange(8, dtype=np.int64)}),
+              pa.table({"tokens": tokens(6, 512, start=8 * 512), "label": np.arange(8, 14, dtype=np.int64)})]
+    write(path, groups)
+    return path
+
+
+def test_a_token_column_batch_is_one_2d_tensor_without_a_collate(token_file):
+    src = seqloader.parquet(token_file, columnar=True)
+    batch = src.__getitems__([13, 0, 9, 3])               # rows of both row groups
+    assert batch["tokens"].shape == (4, 512) and batch["tokens"].dtype == np.int32
+    want = np.arange(14 * 512).reshape(14, 512)[[13, 0, 9, 3]]
+    assert (batch["tokens"] == want).all()
+    t = default_convert(batch)
+    assert isinstance(t["tokens"], torch.Tensor) and t["tokens"].shape == (4, 512) and t["tokens"].dtype == torch.int32
+    rows = seqloader.parquet(token_file)                  # rows: default_collate stacks them
+    assert torch.equal(default_collate(rows.__getitems__([13, 0, 9, 3]))["tokens"], t["tokens"])
+    assert rows[5]["tokens"].flags.writeable and rows[5]["tokens"].tolist() == list(range(5 * 512, 6 * 512))
+
+
+def test_row_groups_of_different_lengths_give_object_rows_only_where_a_batch_mixes_them(tmp_path):
+    path = tmp_path / "mixed.parquet"
+    write(path, [pa.table({"tokens": tokens(4, 3)}), pa.table({"tokens": tokens(4, 2, start=100)})])
+    src = seqloader.parquet(path, columnar=True)
+    assert src.__getitems__([1, 0])["tokens"].shape == (2, 3)          # one row group: 2-D
+    assert src.__getitems__([5, 4])["tokens"].shape == (2, 2)
+    mixed = src.__getitems__([5, 0])["tokens"]                          # both: a row per object
+    assert mixed.dtype == object and [r.tolist() for r in mixed] == [[102, 103], [0, 1, 2]]
+
+
+def test_a_loader_gives_the_same_2d_batches_on_every_executor(token_file):
+    def batches(**kw):
+        src = seqloader.parquet(token_file, columnar=True)
+        sampler = seqloader.BlockShuffleSampler(src, window=2, seed=3, lanes=2)  # (lanes: the same for all)
+        return list(seqloader.DataLoader(src, batch_size=4, sampler=sampler, collate_fn=default_convert, seed=3, **kw))
+
+    ref = batches()
+    assert all(b["tokens"].ndim == 2 for b in ref)
+    for kw in ({"num_workers": 2, "worker_method": "thread"}, {"num_workers": 2}):
+        got = batches(**kw)
+        assert len(got) == len(ref)
+        assert all(torch.equal(a["tokens"], b["tokens"]) and torch.equal(a["label"], b["label"])
+                   for a, b in zip(ref, got))
+
+
+def test_a_batch_across_row_groups_is_one_take_from_the_slot_buffers(tmp_path):
+    write(tmp_path / "a.parquet", [pa.table({"x": np.arange(k * 10, k * 10 + 10),
+                                             "tokens": tokens(10, 3, start=30 * k)}) for k in range(4)])
+    src = seqloader.parquet(tmp_path, columnar=True, cache_blocks=4)
+    batch = src.__getitems__([35, 2, 17, 38, 2])
+    assert batch["x"].tolist() == [35, 2, 17, 38, 2]
+    assert batch["tokens"].tolist() == np.arange(120).reshape(40, 3)[[35, 2, 17, 38, 2]].tolist()
+    slots = src._slots.get()
+    assert sorted(slots._buffers) == ["tokens", "x"] and slots._buffers["tokens"].shape == (40, 3)
+    with src._pinned([0, 1, 3]) as decoded:
+        assert all(decoded[b].slotted == {"x", "tokens"} for b in (0, 1, 3))
+
+
+def test_threads_reading_a_small_arena_at_once_get_exact_batches():
+    """Slots are reused as blocks leave the arena, never under a batch that reads them: 8 threads,
+    a switch interval of 1 µs, 3 slots for 12 row groups, and every batch is checked."""
+    import sys
+    import tempfile
+    import threading
+
+    folder = tempfile.mkdtemp()
+    write(f"{folder}/a.parquet", [pa.table({"x": np.arange(k * 20, k * 20 + 20), "tokens": tokens(20, 2, start=40 * k)})
+                                  for k in range(12)])
+    src = seqloader.parquet(folder, columnar=True, cache_blocks=3)
+    want = np.arange(480).reshape(240, 2)
+    errors: list[str] = []
+    start = threading.Barrier(8, timeout=30)
+
+    def reader(seed: int):
+        start.wait()
+        rng = np.random.default_rng(seed)
+        for _ in range(60):
+            pos = rng.integers(0, 240, rng.integers(1, 12)).tolist()
+            got = src.__getitems__(pos)
+            if got["x"].tolist() != pos or got["tokens"].tolist() != want[pos].tolist():
+                errors.append(f"{pos}: {got}")
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=reader, args=(k,), daemon=True) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert len(src._slots.get().arena.kept()) <= 3
