@@ -1,16 +1,12 @@
-"""``prefetch``: an ordered, seekable sequence whose items are computed ahead by worker processes.
+"""``prefetch``: an ordered, seekable sequence whose items are computed ahead by an executor's workers.
 
 A :class:`Prefetch` is a :class:`~seqloader.sequences.base.LazySequence`: ``p[i]`` is ``seq[i]``,
-computed by worker ``i % num_workers`` of ``num_workers`` long-lived processes (torch's
-``DataLoader`` assignment, so a worker may keep per-process state for its items). Reading item
-``i`` keeps ``i+1 .. i+num_workers*prefetch_factor`` in flight; reading another item than the
-next *re-targets* the workers (items in between are never computed). :meth:`Prefetch.take` reads
-in *completion* order (:mod:`seqloader.prefetcher.unordered`); :meth:`Prefetch.seek` positions
-both readers (:mod:`seqloader.prefetcher.ordered` reads in order); :meth:`Prefetch.reset` points
-the workers at a new sequence; :meth:`Prefetch.start` starts them. Results travel through shared
-memory (:mod:`seqloader.prefetcher.shm`). Worker set-up beyond one intra-op thread (seeds, torch's
-``WorkerInfo``) is the caller's ``worker_init_fn``. With ``restarts > 0`` a dead worker is
-replaced (:mod:`seqloader.prefetcher.healing`).
+computed by worker ``i % num_workers`` (torch's assignment) of an executor (worker processes,
+threads, threads inside processes, Ray actors: :mod:`seqloader.prefetcher.executor`). Reading item
+``i`` keeps ``i+1 .. i+num_workers*prefetch_factor`` in flight; reading another item *re-targets*
+the workers. :meth:`Prefetch.take` reads in completion order (:mod:`~seqloader.prefetcher.unordered`),
+:meth:`Prefetch.seek` positions both readers, :meth:`Prefetch.reset` points the workers at a new
+sequence. With ``restarts > 0`` a dead worker is replaced (:mod:`seqloader.prefetcher.healing`).
 """
 
 from __future__ import annotations
