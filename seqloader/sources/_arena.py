@@ -27,22 +27,36 @@ process read the same source at once, so the arena is shared by them and follows
 The arena keeps at most ``capacity`` blocks, the ones used last (more only while pinned).
 Counters (blocks decoded, their bytes, blocks waited for, items read) are updated under the
 same lock.
+
+**Too small an arena** decodes the same blocks again and again (readers that use more blocks at
+once than it keeps: a block shuffle's window per worker process, one per thread under thread
+workers): the epoch is still exact but can be tens of times slower. A block decoded again soon
+after it was evicted (fewer than ``capacity`` other decodes in between) is counted
+(``blocks_decoded_again``); when more than half of the last ``4 * capacity`` decodes were such,
+the arena warns once (:class:`ArenaTooSmall`, a ``RuntimeWarning``) with the fix.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+import warnings
 from typing import Callable, Generic, Optional, Sequence, TypeVar
 
 from seqloader.errors import check_positive_int
 
-__all__ = ["Arena", "WAIT_TIMEOUT"]
+__all__ = ["Arena", "ArenaTooSmall", "WAIT_TIMEOUT"]
 
 V = TypeVar("V")
 
 #: The longest a thread waits for another thread's decode of a block it needs, in seconds.
 WAIT_TIMEOUT = 600.0
+
+
+
+class ArenaTooSmall(RuntimeWarning):
+    """A source's ``cache_blocks`` is smaller than what its readers use at once: blocks are decoded again."""
+
 
 #: ``decode(blocks, slots) -> [(value, nbytes), ...]``: one pair per block, in order.
 Decode = Callable[[list[int], list[Optional[int]]], Sequence[tuple[V, int]]]
@@ -92,11 +106,17 @@ class Arena(Generic[V]):
         self._entries: dict[int, _Entry] = {}                                # decoding or kept
         self._kept: collections.OrderedDict[int, _Entry] = collections.OrderedDict()  # LRU of kept
         self._free = list(range(capacity - 1, -1, -1))                      # free slots (pop: lowest)
-        self._counters = {"blocks_decoded": 0, "bytes_decoded": 0, "blocks_waited": 0, "items_read": 0}
+        self._counters = {"blocks_decoded": 0, "bytes_decoded": 0, "blocks_waited": 0, "items_read": 0,
+                          "blocks_decoded_again": 0}
+        self._claims = 0                                                     # blocks claimed for decoding
+        self._evicted: collections.OrderedDict[int, int] = collections.OrderedDict()  # block -> claims then
+        self._recent: collections.deque[bool] = collections.deque(maxlen=4 * self.capacity)  # was a claim "again"?
+        self._warned = False
 
     def counters(self) -> dict[str, int]:
         """A copy of the counters: ``blocks_decoded``, ``bytes_decoded``, ``blocks_waited`` (blocks
-        a thread took from another thread's decode), ``items_read``."""
+        a thread took from another thread's decode), ``items_read``, ``blocks_decoded_again``
+        (decoded again soon after they were evicted: see the module docstring)."""
         with self._lock:
             return dict(self._counters)
 
@@ -149,6 +169,7 @@ class Arena(Generic[V]):
                 entry.pins += 1
                 held.append(entry)
             for b in missing:
+                self._claimed(b, describe)
                 entry = self._entries[b] = _Entry(self._slot())
                 entry.pins += 1
                 held.append(entry)
@@ -171,6 +192,23 @@ class Arena(Generic[V]):
             raise
         return out, held
 
+    def _claimed(self, b: int, describe: Callable[[int], str]) -> None:
+        """Count a claim of block ``b`` for decoding; warn once if the arena thrashes (under the lock)."""
+        self._claims += 1
+        evicted = self._evicted.pop(b, None)
+        again = evicted is not None and self._claims - evicted <= self.capacity
+        self._counters["blocks_decoded_again"] += again
+        self._recent.append(again)
+        if again and not self._warned and len(self._recent) == self._recent.maxlen \
+                and 2 * sum(self._recent) > len(self._recent):
+            self._warned = True
+            warnings.warn(f"{self._op}: cache_blocks={self.capacity} is too small for its readers: "
+                          f"{sum(self._recent)} of the last {len(self._recent)} blocks decoded had been evicted "
+                          f"a moment before ({describe(b)}, for one); the batches are right but each block is "
+                          "decoded many times. Keep at least what the readers use at once: a block shuffle's "
+                          "window per worker process, 2 * window with threads_per_worker, window * "
+                          "(num_workers + 1) with worker_method='thread'", ArenaTooSmall, stacklevel=2)
+
     def _unpin(self, held: list[_Entry]) -> None:
         with self._lock:
             for entry in held:
@@ -190,6 +228,9 @@ class Arena(Generic[V]):
     def _evict(self, b: int, entry: _Entry) -> None:
         del self._kept[b]
         del self._entries[b]
+        self._evicted[b] = self._claims
+        if len(self._evicted) > 4 * self.capacity:
+            self._evicted.popitem(last=False)
         if entry.slot is not None:
             self._free.append(entry.slot)
 

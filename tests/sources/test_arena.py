@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -81,7 +82,8 @@ def test_two_threads_asking_for_one_block_decode_it_once():
     assert box1["value"] == box2["value"] == {7: {"block": 7}}
     assert box1["value"][7] is box2["value"][7]          # one decoded object, shared
     assert gate.calls == [[7]]
-    assert arena.counters() == {"blocks_decoded": 1, "bytes_decoded": 100, "blocks_waited": 1, "items_read": 0}
+    assert arena.counters() == {"blocks_decoded": 1, "bytes_decoded": 100, "blocks_waited": 1, "items_read": 0,
+                                "blocks_decoded_again": 0}
 
 
 def test_a_parquet_row_group_needed_by_two_threads_is_decoded_once(tmp_path, monkeypatch):
@@ -247,3 +249,38 @@ def test_claiming_a_slot_never_evicts_a_block_the_same_call_needs():
     get(arena, [5], decode)                                   # kept: 6 (slot 0), then 5 (slot 1)
     assert get(arena, [1, 6], decode) == {1: (1, 1), 6: (6, 0)}   # 1 takes 5's slot, not 6's
     assert decodes == [6, 5, 1]
+
+
+def plain(blocks, slots):
+    return [({"block": b}, 1) for b in blocks]
+
+
+def test_an_arena_smaller_than_its_readers_working_set_warns_once_with_the_fix():
+    """Readers cycling over 3 blocks with room for 2: every decode is of a block just evicted."""
+    arena = Arena(2, "parquet")
+    with pytest.warns(_arena.ArenaTooSmall, match=r"cache_blocks=2 is too small .*block 1.*window \* \(num_workers \+ 1\)"):
+        for _ in range(6):
+            for b in (0, 1, 2):
+                assert get(arena, [b], plain, lambda b: f"block {b}") == {b: {"block": b}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for b in (0, 1, 2) * 4:   # once per arena
+            get(arena, [b], plain)
+    assert arena.counters()["blocks_decoded_again"] >= 20
+
+
+def test_an_arena_that_holds_its_readers_working_set_never_warns_across_epochs():
+    """A window of 4 blocks at a time over 40 blocks, 30 epochs in shuffled orders, room for 4: the
+    blocks of the last window of an epoch may come back in the first of the next (rarely: no warning)."""
+    arena = Arena(4, "parquet")
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(30):
+            order = rng.permutation(40).tolist()
+            for w in range(0, 40, 4):
+                window = order[w:w + 4]
+                for _ in range(3):   # batches mixing the rows of the window's blocks
+                    get(arena, rng.permutation(window).tolist(), plain)
+    # each block once per epoch, less those still kept from the epoch before
+    assert 30 * 40 - 4 * 29 <= arena.counters()["blocks_decoded"] <= 30 * 40

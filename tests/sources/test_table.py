@@ -130,6 +130,7 @@ def test_a_batch_across_row_groups_is_one_take_from_the_slot_buffers(tmp_path):
         assert all(decoded[b].slotted == {"x", "tokens"} for b in (0, 1, 3))
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a deliberately small arena (it warns it thrashes)
 def test_threads_reading_a_small_arena_at_once_get_exact_batches():
     """Slots are reused as blocks leave the arena, never under a batch that reads them: 8 threads,
     a switch interval of 1 µs, 3 slots for 12 row groups, and every batch is checked."""
