@@ -20,7 +20,7 @@ import seqloader
 from forking import BOUND
 from ray_cluster import DATA, cluster_fixture, leak_check
 from ray_items import Noisy, SafeDraws, offset_init, reached
-from ray_stream import Stream
+from resumable_stream import Stream
 from seqloader import RayWorkers
 from seqloader.testing import assert_batches_equal, run_distributed
 

@@ -20,10 +20,11 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import get_worker_info
 
 import seqloader
 from forking import BOUND
+from resumable_stream import Stream
 from seqloader.testing import assert_batches_equal
 
 N = 60
@@ -56,38 +57,6 @@ class ThreadSafeDraws(torch.utils.data.Dataset):
         return torch.tensor([float(i), float(torch.rand(1, generator=g))])
 
 
-class Stream(IterableDataset):
-    """A resumable stream per worker (torchdata's protocol on the iterator)."""
-
-    def __init__(self, n=N):
-        self.n = n
-
-    def __iter__(self):
-        info = get_worker_info()
-        w, k = (0, 1) if info is None else (info.id, info.num_workers)
-        return _StreamIt(w, k, self.n)
-
-
-class _StreamIt:
-    def __init__(self, w, k, n):
-        self.pos, self.k, self.n = w, k, n
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self.pos >= self.n:
-            raise StopIteration
-        self.pos += self.k
-        return self.pos - self.k
-
-    def state_dict(self):
-        return {"pos": self.pos}
-
-    def load_state_dict(self, sd):
-        self.pos = sd["pos"]
-
-
 def recipe(name, executor):
     """A loader for pipeline ``name`` on ``executor`` (keyword arguments of ``EXECUTORS``)."""
     kw = dict(seed=11, **executor)
@@ -111,7 +80,7 @@ def recipe(name, executor):
         return seqloader.DataLoader(ThreadSafeDraws(), batch_size=3, shuffle=True, **kw)
     if name == "iterable stream":
         kw.pop("seed")  # an IterableDataset keeps max(1, num_workers) streams: compare like with like
-        return seqloader.DataLoader(Stream(), batch_size=4, seed=11, **kw)
+        return seqloader.DataLoader(Stream(N), batch_size=4, seed=11, **kw)
     raise KeyError(name)
 
 

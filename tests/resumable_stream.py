@@ -1,5 +1,6 @@
-"""An ``IterableDataset`` for the Ray tests' actors: a module of its own, so that the items of
-``ray_items`` stay free of torch (an actor imports the module an item's class comes from)."""
+"""A resumable ``IterableDataset`` shared by the thread-worker and Ray tests: a module of its own,
+so that the items of ``ray_items`` stay free of torch (a Ray actor imports the module an item's
+class comes from)."""
 
 from __future__ import annotations
 
