@@ -154,6 +154,7 @@ class Arena(Generic[V]):
         held: list[_Entry] = []      # entries this call pinned
         mine: list[tuple[int, _Entry]] = []
         theirs: list[tuple[int, _Entry]] = []
+        thrashed = None              # a block decoded again right after its eviction, when that is the rule
         with self._lock:
             missing = []
             for b in blocks:   # first pin what is there, so that claiming a slot cannot evict it
@@ -169,13 +170,21 @@ class Arena(Generic[V]):
                 entry.pins += 1
                 held.append(entry)
             for b in missing:
-                self._claimed(b, describe)
+                if self._claimed(b):
+                    thrashed = b
                 entry = self._entries[b] = _Entry(self._slot())
                 entry.pins += 1
                 held.append(entry)
                 mine.append((b, entry))
             self._counters["blocks_waited"] += len(theirs)
             self._counters["items_read"] += items
+        if thrashed is not None:   # (outside the lock: a warning may run any code)
+            warnings.warn(f"{self._op}: cache_blocks={self.capacity} is too small for its readers: more than "
+                          f"half of the last {self._recent.maxlen} blocks decoded had been evicted a moment "
+                          f"before ({describe(thrashed)}, for one); the batches are right but each block is "
+                          "decoded many times. Keep at least what the readers use at once: a block shuffle's "
+                          "window per worker process, 2 * window with threads_per_worker, window * "
+                          "(num_workers + 1) with worker_method='thread'", ArenaTooSmall, stacklevel=3)
         try:
             if mine:
                 self._decode(mine, decode, out)
@@ -192,8 +201,9 @@ class Arena(Generic[V]):
             raise
         return out, held
 
-    def _claimed(self, b: int, describe: Callable[[int], str]) -> None:
-        """Count a claim of block ``b`` for decoding; warn once if the arena thrashes (under the lock)."""
+    def _claimed(self, b: int) -> bool:
+        """Count a claim of block ``b`` for decoding (under the lock); ``True`` once, at the claim
+        that shows the arena thrashing (see the module docstring)."""
         self._claims += 1
         evicted = self._evicted.pop(b, None)
         again = evicted is not None and self._claims - evicted <= self.capacity
@@ -202,12 +212,8 @@ class Arena(Generic[V]):
         if again and not self._warned and len(self._recent) == self._recent.maxlen \
                 and 2 * sum(self._recent) > len(self._recent):
             self._warned = True
-            warnings.warn(f"{self._op}: cache_blocks={self.capacity} is too small for its readers: "
-                          f"{sum(self._recent)} of the last {len(self._recent)} blocks decoded had been evicted "
-                          f"a moment before ({describe(b)}, for one); the batches are right but each block is "
-                          "decoded many times. Keep at least what the readers use at once: a block shuffle's "
-                          "window per worker process, 2 * window with threads_per_worker, window * "
-                          "(num_workers + 1) with worker_method='thread'", ArenaTooSmall, stacklevel=2)
+            return True
+        return False
 
     def _unpin(self, held: list[_Entry]) -> None:
         with self._lock:
