@@ -32,7 +32,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import torch
 
-__all__ = ["Snapshot", "layout", "numpy_state", "reseeded", "reseeds"]
+__all__ = ["Snapshot", "layout", "numpy_state", "reseeded", "reseeding", "reseeds"]
 
 _MT_WORDS = 624
 _MT_BYTES = 4 * _MT_WORDS + 4  # numpy's mt19937_state and CPython's RandomObject: 624 words + an int
@@ -101,24 +101,33 @@ def layout() -> Optional[Layout]:
     return None if gauss is None or index is None else Layout(gauss, index)
 
 
-_reseeds = 0  # how many times seqloader set the global states in this process (any thread)
+_started = 0  # how many times seqloader began setting the global states in this process (any thread)
+_done = 0     # ... and finished
+
+
+def reseeding() -> None:
+    """Count the start of one setting of the global states by seqloader (seeding a batch,
+    restoring a snapshot); :func:`reseeded` counts its end.
+
+    Without a lock (it runs once per batch in every worker): on a free-threaded build two threads
+    counting at the same instant may count once. What reads the counts (the thread workers' probe
+    of numpy's global state) could then blame a thread worker for a reseed it did not do (a
+    warning too many), never hide a draw."""
+    global _started
+    _started += 1
 
 
 def reseeded() -> None:
-    """Count one setting of the global states by seqloader (seeding a batch, restoring a snapshot).
-
-    Without a lock (it runs once per batch in every worker): on a free-threaded build two threads
-    counting at the same instant may count once. What reads the count (the thread workers' probe
-    of numpy's global state) could then blame a thread worker for a reseed it did not do (a
-    warning too many), never hide a draw."""
-    global _reseeds
-    _reseeds += 1
+    """Count the end of a setting begun with :func:`reseeding`."""
+    global _done
+    _done += 1
 
 
-def reseeds() -> int:
-    """How many times seqloader set the global states in this process so far (see :func:`reseeded`):
-    a change of a global state that happened while this number moved may be seqloader's own."""
-    return _reseeds
+def reseeds() -> tuple[int, int]:
+    """``(begun, finished)`` settings of the global states by seqloader so far: a window in which
+    a global state changed may have seen seqloader's own setting if a setting was under way when
+    it began (``begun != finished``) or began during it (``begun`` moved)."""
+    return _started, _done
 
 
 def numpy_state() -> Any:
@@ -160,12 +169,13 @@ class Snapshot:
 
     def restore(self) -> None:
         """Put the saved states back (a snapshot can be restored more than once)."""
-        reseeded()
+        reseeding()
         where = layout()
         torch.default_generator.set_state(self._torch)
         if where is None:
             np.random.set_state(self._numpy)
             random.setstate(self._random)
+            reseeded()
             return
         rs = np.random.mtrand._rand
         ctypes.memmove(rs._bit_generator.ctypes.state_address, self._numpy[0], _MT_BYTES)
@@ -173,3 +183,4 @@ class Snapshot:
         inst = random._inst
         ctypes.memmove(id(inst) + where.random_index, self._random, _MT_BYTES)
         inst.gauss_next = self._gauss_next  # type: ignore[attr-defined]
+        reseeded()

@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from seqloader.loader.global_rngs import Snapshot, reseeded
+from seqloader.loader.global_rngs import Snapshot, reseeded, reseeding
 from seqloader.loader.thread_workers import GlobalDrawProbe, current_thread_rngs
 from seqloader.orders.orders import DERIVATION  # the scheme's number lives with the orders it names
 from seqloader.rng import derive_seed, hash_seed
@@ -70,11 +70,12 @@ def seed_globals(seed: int, epoch: int, index: int, derivation: int = DERIVATION
         own.numpy_generator.seed(s & 0xFFFFFFFF)
         own.torch_generator.manual_seed(torch_seed(s, derivation))
         return s
-    reseeded()
+    reseeding()
     # random.seed(s) without its Python wrapper (the same two steps, ~1 µs less per batch)
     _C_SEED(random._inst, s)
     random._inst.gauss_next = None  # type: ignore[attr-defined]
     np.random.seed(s & 0xFFFFFFFF)
+    reseeded()
     # Same stream as torch.manual_seed(s) on the CPU, without its accelerator hooks: those cost
     # about 1 ms per call on a CPU-only build and would reseed CUDA generators that
     # preserved_globals does not restore.
@@ -121,8 +122,9 @@ def sampler_globals(seed: int, epoch: int, derivation: int = DERIVATION) -> Iter
     """
     s = derive_seed(seed, "sampler", epoch)
     with preserved_globals():
-        reseeded()
+        reseeding()
         random.seed(s)
         np.random.seed(s & 0xFFFFFFFF)
+        reseeded()
         torch.default_generator.manual_seed(torch_seed(s, derivation))
         yield

@@ -16,12 +16,15 @@ Draws from the *global* generators inside a thread worker cannot be reproduced: 
 (or the training loop) may draw or reseed in between. They are not seeded per batch there, and a
 :class:`GlobalDrawProbe` watches, in the worker thread itself, the first batch each thread worker
 computes in an epoch: a profile hook of that thread only (``sys.setprofile``) sees each call into C
-and recognises a draw from ``random``'s global instance, or a torch random function that moved
-torch's default generator, so what other threads do is not attributed to the worker. numpy's
-functions do not show in a profile (Cython): its global state is compared before and after the
-batch instead, unless seqloader itself set the global states meanwhile (a ``num_workers=0`` loader
-of the same process). The first such batch logs a ``RuntimeWarning`` (once per loader) naming the
-generator and the fix; batches after the first of each epoch cost nothing.
+and recognises a draw from ``random``'s global instance (exact: what other threads do is never
+attributed to the worker), or a torch random function that moved torch's default generator
+during the call. numpy's functions do not show in a profile (Cython): its global state is
+compared before and after the batch instead. For torch and numpy, seqloader's own settings of
+the global states (a ``num_workers=0`` loader of the same process) are told apart
+(:func:`~seqloader.loader.global_rngs.reseeds`), but a draw from those globals by another thread
+at that moment is blamed on the worker (torch's functions release the GIL): a warning too many,
+never a batch changed. The first such batch logs a ``RuntimeWarning`` (once per loader) naming
+the generator and the fix; batches after the first of each epoch cost nothing.
 """
 
 from __future__ import annotations
@@ -66,17 +69,20 @@ class _Hook:
         self._numpy, self._reseeds = numpy_state(), reseeds()
 
     def numpy_changed(self) -> bool:
-        """numpy's global state moved during the batch, and not by seqloader's own seeding."""
-        return numpy_state() != self._numpy and reseeds() == self._reseeds
+        """numpy's global state moved during the batch, and not by seqloader's own seeding (none
+        was under way when the batch began, none began since)."""
+        begun, finished = self._reseeds
+        return numpy_state() != self._numpy and begun == finished and reseeds()[0] == begun
 
     def __call__(self, frame: Any, event: str, arg: Any) -> None:
         if event == "c_call":
             if getattr(arg, "__self__", None) is self._random:
                 self.found.append("random")
             elif getattr(arg, "__name__", None) in TORCH_DRAWS:
-                self._before = self._torch.get_state()
+                self._before = (self._torch.get_state(), reseeds())
         elif event in ("c_return", "c_exception") and self._before is not None:
-            if not torch.equal(self._before, self._torch.get_state()):
+            state, (begun, finished) = self._before
+            if not torch.equal(state, self._torch.get_state()) and begun == finished and reseeds()[0] == begun:
                 self.found.append("torch")
             self._before = None
 
