@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
 import re
+import signal
+import subprocess
+import sys
 import textwrap
+
+import psutil
 
 from tools import stress
 
@@ -47,3 +54,32 @@ def test_runs_start_with_sigint_ignored_as_a_ci_background_job_does(tmp_path, ca
     (suite / "test_sigint.py").write_text(
         "import signal\ndef test_ignored():\n    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n")
     assert stress.main(["--runs", "1", "--load", "0", "--workdir", str(tmp_path / "w"), "--", str(suite)]) == 0
+
+
+def test_a_killed_tool_leaves_no_hog_and_no_run_behind(tmp_path):
+    """SIGTERM (``kill``) while a run waits: the tool exits and takes its hogs and the run with it."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    started = tmp_path / "started"
+    (suite / "test_wait.py").write_text(
+        "import pathlib, time\n"
+        f"def test_waits():\n    pathlib.Path({str(started)!r}).write_text('x')\n    time.sleep(600)\n")
+    root = pathlib.Path(stress.__file__).resolve().parents[1]
+    tool = subprocess.Popen([sys.executable, "-m", "tools.stress", "--runs", "1", "--load", "1",
+                             "--workdir", str(tmp_path / "w"), "--", str(suite)], cwd=root)
+    try:
+        me = psutil.Process(tool.pid)
+        for _ in range(1200):   # (bounded: 120 s) until the run's test is running
+            if started.exists():
+                break
+            psutil.wait_procs([me], timeout=0.1)
+        assert started.exists(), "the run never started its test"
+        children = me.children(recursive=True)
+        assert len(children) >= 2   # a hog and the run
+        os.kill(tool.pid, signal.SIGTERM)
+        assert tool.wait(60) == 128 + signal.SIGTERM
+        _, alive = psutil.wait_procs(children, timeout=60)
+        assert not alive
+    finally:
+        tool.kill()
+        tool.wait(60)

@@ -157,6 +157,8 @@ def stress(runs: int, load: int, jobs: int, pytest_args: Sequence[str], timeout:
     hogs = _start_load(load)
     results: list[RunResult] = []
     started: list = []
+    # `kill <the tool>` (SIGTERM) stops the runs and the hogs too: it exits through the finally below
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         pending = list(range(runs))
         while pending:
@@ -168,10 +170,15 @@ def stress(runs: int, load: int, jobs: int, pytest_args: Sequence[str], timeout:
                 results.append(RunResult(i, code, failed, tests, time.monotonic() - t0))
                 print(f"run {i + 1}/{runs}: exit {code}, {tests} tests, {len(failed)} failed "
                       f"(log: {workdir / f'run{i + 1}.log'})", flush=True)
-    finally:  # also on Ctrl-C: no run and no hog outlives the tool
+    finally:  # also on Ctrl-C and SIGTERM: no run and no hog outlives the tool
         _stop([proc for _, proc, _, _ in started])
         _stop(hogs)
+        signal.signal(signal.SIGTERM, previous)
     return results
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
