@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from seqloader.errors import note_stage
+from seqloader.errors import add_note, note_stage
 from seqloader.loader.seeding import DERIVATION, seed_globals, watch_globals
 from seqloader.loader.torch_compat import (collate_in_plain_memory, collate_into_slot, fetch, has_arrays,
                                            is_default_collate)
@@ -39,7 +39,12 @@ from seqloader.prefetcher.processes.payload import SlotWriter
 from seqloader.sequences import stage_times
 from seqloader.sequences.base import LazySequence
 
-__all__ = ["COLLATE", "FETCH", "EpochBatches", "SlotCollate"]
+__all__ = ["COLLATE", "COLUMNAR_HINT", "FETCH", "EpochBatches", "SlotCollate"]
+
+#: Added to the error of torch's default collate over a batch that came back as one dict.
+COLUMNAR_HINT = ("seqloader: the dataset's __getitems__ returned one dict for the whole batch (a columnar "
+                 "batch, e.g. parquet(..., columnar=True)), which torch's default_collate cannot take: "
+                 "pass collate_fn=torch.utils.data.default_convert")
 
 #: Stage names (``profile_stages``): reading the dataset, and ``collate_fn``.
 FETCH, COLLATE = "fetch", "collate"
@@ -111,6 +116,7 @@ class EpochBatches(LazySequence):
         seed_globals(self._seed, self._epoch, key, self._derivation)
         watched = watch_globals(self._epoch)  # a thread worker: does it draw from the shared globals?
         times = stage_times.current() if stage_times.ACTIVE is not None else None
+        data: Any = None
         try:  # (try/except rather than annotate(): this runs once per batch, ~2 µs saved)
             if times is None:
                 data = fetch(self._dataset, indices, self._auto_collation)
@@ -124,6 +130,8 @@ class EpochBatches(LazySequence):
             else:
                 out = times.call(COLLATE, collate_in_plain_memory, self._collate_fn, data)
         except Exception as exc:
+            if isinstance(data, dict) and self._auto_collation and is_default_collate(self._collate_fn):
+                add_note(exc, COLUMNAR_HINT)
             note_stage(exc, "DataLoader", key, batch=b, epoch=self._epoch)
             raise
         finally:

@@ -319,3 +319,26 @@ class Nested(Samples):
 def test_a_loader_read_inside_a_workers_dataset_gets_ordinary_batches():
     got = torch.cat(batches(DataLoader(Nested(6), batch_size=3, num_workers=2, seed=0)))
     assert got.tolist() == [float(2 * sum(range(i, i + 4))) for i in range(6)]
+
+
+class Columns(torch.utils.data.Dataset):
+    """A columnar dataset: ``__getitems__`` gives the whole batch as one dict of arrays."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return {"x": np.array([i])}
+
+    def __getitems__(self, indices):
+        return {"x": np.asarray(indices), "y": np.asarray(indices) * 2}
+
+
+@pytest.mark.parametrize("kw", [{}, {"num_workers": 2}, {"num_workers": 2, "worker_method": "thread"}],
+                         ids=["0 workers", "processes", "threads"])
+def test_a_columnar_batch_through_the_default_collate_names_the_collate_to_use(kw):
+    with pytest.raises(KeyError) as info:
+        next(iter(DataLoader(Columns(), batch_size=4, **kw)))
+    assert any("pass collate_fn=torch.utils.data.default_convert" in n for n in info.value.__notes__)
+    got = next(iter(DataLoader(Columns(), batch_size=4, collate_fn=torch.utils.data.default_convert, **kw)))
+    assert got["x"].tolist() == [0, 1, 2, 3] and got["y"].tolist() == [0, 2, 4, 6]
