@@ -15,7 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+#: the release; the build reads it (``setup.cfg``: ``version = attr: seqloader.__version__``)
+__version__ = "0.4.0"
 
 #: public name -> the module that defines it
 _EXPORTS = {
@@ -42,6 +43,8 @@ _EXPORTS = {
     "prefetch": "seqloader.prefetcher.api",
     "Prefetch": "seqloader.prefetcher.prefetch",
     "RayWorkers": "seqloader.prefetcher.ray_options",
+    "ProcessWorkers": "seqloader.prefetcher.options",
+    "ThreadWorkers": "seqloader.prefetcher.options",
     "DataLoader": "seqloader.loader.dataloader",
     "StatefulDataLoader": "seqloader.loader.dataloader",
     "BijectiveShuffleSampler": "seqloader.loader.shuffle_sampler",
@@ -88,6 +91,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-
     from seqloader.loader.weighted_sampler import WeightedSampler as WeightedSampler
     from seqloader.prefetcher.api import prefetch as prefetch
     from seqloader.prefetcher.prefetch import Prefetch as Prefetch
+    from seqloader.prefetcher.options import ProcessWorkers as ProcessWorkers, ThreadWorkers as ThreadWorkers
     from seqloader.prefetcher.ray_options import RayWorkers as RayWorkers
     from seqloader.sampler import Stateful as Stateful, StatefulDistributedSampler as StatefulDistributedSampler
     from seqloader.packing.keep import keep as keep

@@ -66,5 +66,5 @@ def test_the_heavier_arrow_of_a_circle_stays(tmp_path):
 
 
 def test_the_real_package_is_surveyed():
-    h = house.survey(house.REPO / "seqloader", house.read_layers(house.REPO / "tests" / "test_layers.py"))
+    h = house.survey(house.PACKAGE, house.read_layers(house.REPO / "tests" / "test_layers.py"))
     assert {"loader/", "sequences/", "errors"} <= set(h.rooms) and h.floors["errors"] == 0

@@ -11,13 +11,15 @@ global state (such as how exceptions pickle).
 from __future__ import annotations
 
 import ast
+import importlib.util
 import pathlib
 import subprocess
 import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1] / "seqloader"
+#: the package this run imports: the checkout's, or the installed wheel's (``python -m tools.test_installed``)
+ROOT = pathlib.Path(importlib.util.find_spec("seqloader").origin).resolve().parent  # type: ignore[union-attr,arg-type]
 
 #: (module prefix, layer); the longest matching prefix wins. L0 and L1 form one torch-free core:
 #: the sequence ops that need randomness (shuffle, rng_map) call rng and the orders wing.

@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Iterable, Mapping, Optional, Sequence
@@ -67,6 +68,8 @@ from typing import Iterable, Mapping, Optional, Sequence
 __all__ = ["House", "main", "module_imports", "read_layers", "report", "survey"]
 
 REPO = Path(__file__).resolve().parents[1]
+#: the package ``import seqloader`` finds (this checkout's, or an installed wheel's), found without importing it
+PACKAGE = Path(importlib.util.find_spec("seqloader").origin).resolve().parent  # type: ignore[union-attr,arg-type]
 
 Arrow = tuple[str, str]
 
@@ -333,7 +336,7 @@ def report(house: House, show_arrows: bool = False) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Print the survey of ``--package`` (default: this checkout's ``seqloader/``).
+    """Print the survey of ``--package`` (default: the ``seqloader`` package Python finds: the checkout's, or an installed wheel's).
 
     Args:
         argv: Command-line arguments (default: ``sys.argv[1:]``).
@@ -342,13 +345,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         0 (the tool reports; it checks nothing).
 
     Example:
-        >>> main(["--package", str(REPO / "seqloader")]) == 0  # doctest: +ELLIPSIS
+        >>> main(["--package", str(PACKAGE)]) == 0  # doctest: +ELLIPSIS
         seqloader: ... rooms, ... floors, ... arrows, ... circles, ... arrows back up
         ...
         True
     """
     parser = argparse.ArgumentParser(prog="python -m tools.house", description=__doc__.split("\n")[0])
-    parser.add_argument("--package", type=Path, default=REPO / "seqloader")
+    parser.add_argument("--package", type=Path, default=PACKAGE)
     parser.add_argument("--layers", type=Path, default=None,
                         help="the layer test whose LAYERS to read (default: <package>/../tests/test_layers.py)")
     parser.add_argument("--arrows", action="store_true", help="list every arrow")

@@ -35,8 +35,8 @@ from seqloader.loader.saving import check_loadable, state_of
 from seqloader.loader.state import LoaderState
 from seqloader.loader.stats import LoaderStats
 from seqloader.loader.verbs import Verbs, documented
-from seqloader.loader.workers import Workers, check_threads_per_worker, check_worker_method, check_worker_restarts
-from seqloader.prefetcher.ray_options import RayWorkers
+from seqloader.loader.workers import Workers, check_worker_restarts, executor_options, method_word
+from seqloader.prefetcher.options import ExecutorOptions, ProcessWorkers
 from seqloader.rng import check_seed
 
 __all__ = ["DataLoader", "StatefulDataLoader"]
@@ -90,6 +90,11 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             that release the GIL. ``"ray"`` or a :class:`~seqloader.RayWorkers`: ``num_workers`` Ray
             actors on the nodes of a cluster (``docs/ray.md``). Batches and states are the same
             every way (a state saved under one resumes under another); see ``docs/threads.md``.
+            ``"process"`` is the same as ``"multiprocessing"``; an options object
+            (``seqloader.ProcessWorkers``, ``ThreadWorkers``, ``RayWorkers``) is taken as it is. An
+            argument that means nothing for the chosen executor (``multiprocessing_context`` or
+            ``threads_per_worker`` with threads or Ray) raises ``ValueError`` naming it; the choice
+            is the attribute ``executor``.
         threads_per_worker: with ``"multiprocessing"``, batches each worker process computes at
             once in its own threads ("threads inside processes": decoding scales inside each
             process while the training process only receives); ``1`` (default): one.
@@ -118,7 +123,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  pin_memory_device: str = "", in_order: bool = True, snapshot_every_n_steps: Optional[int] = 1,
                  seed: Optional[int] = None, max_worker_restarts: int = 0,
                  batch_size_schedule: Optional[Sequence[Any]] = None, profile_stages: bool = False,
-                 worker_method: str | RayWorkers = "multiprocessing", threads_per_worker: int = 1):
+                 worker_method: str | ExecutorOptions = "multiprocessing", threads_per_worker: int = 1):
         # seqloader's own attributes come first: Lightning records what is set after torch's
         # __init__ and replays it on the loader it rebuilds (with its DistributedSampler).
         self.shuffle = shuffle
@@ -126,8 +131,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self.batch_size_schedule = batch_size_schedule
         self.seed = world.draw_seed(generator) if seed is None else check_seed("DataLoader", seed)
         self.max_worker_restarts = check_worker_restarts(max_worker_restarts, num_workers)
-        self.worker_method = check_worker_method(worker_method, num_workers)
-        self.threads_per_worker = check_threads_per_worker(threads_per_worker, self.worker_method, num_workers)
+        #: where batches are computed: one options object, chosen here (``prefetcher/options.py``)
+        self.executor = executor_options(worker_method, multiprocessing_context, threads_per_worker, num_workers)
+        self.worker_method = method_word(self.executor)
+        self.threads_per_worker = getattr(self.executor, "threads", 1)
         if not isinstance(profile_stages, bool):
             raise TypeError(f"DataLoader: profile_stages must be a bool (got {type(profile_stages).__name__})")
         self.profile_stages = profile_stages
@@ -175,7 +182,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
 
     def check_worker_number_rationality(self) -> None:
         """torch's advice on the number of worker processes (threads are not counted)."""
-        if getattr(self, "worker_method", "multiprocessing") == "multiprocessing":
+        if isinstance(getattr(self, "executor", None), ProcessWorkers):
             super().check_worker_number_rationality()
 
     # -- stats ---------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any, Optional
 import torch.utils.data
 
 from seqloader.loader.sources_walk import find_sources
-from seqloader.loader.state import LEGACY_FINGERPRINT, STAGE
+from seqloader.loader.state import LEGACY_FINGERPRINT, STAGE, VERSION, reader
 
 __all__ = ["OVERRIDE", "check_pipeline_files", "describe_pipeline", "pipeline_sources"]
 
@@ -108,7 +108,8 @@ def check_pipeline_files(saved: Optional[list[dict]], dataset: Any, check_files:
         if str(description.get("fingerprint", "")).startswith(LEGACY_FINGERPRINT):
             raise ValueError(f"{STAGE}: 'files[{k}]' was saved by an older seqloader (state version 3), whose "
                              "fingerprint of the files (absolute paths and modification times) cannot be compared "
-                             f"with this version's (of the files' content) for {_named(k, sources)}; {OVERRIDE}")
+                             f"with version {VERSION}'s (of the files' content: {reader()}) for {_named(k, sources)}; "
+                             f"{OVERRIDE}")
         try:
             check_same_files(description, source)
         except ValueError as e:

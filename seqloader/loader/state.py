@@ -13,7 +13,7 @@ A state is a small dict of JSON types (see ``docs/design.md``, "Loader state: fo
      "position": 40960, "ahead": [], "step": 2140, "dataset_len": 50000, "batch_size": 64,
      "drop_last": False, "shuffle": True, "derivation": 2, "sampler_len": None,
      "sampler_epoch": None, "sampler": None, "dataset": None, "iterable": None,
-     "recipe": None, "files": [], "saved_with": {"num_workers": 4, "world_size": 8}}
+     "recipe": None, "files": [], "saved_with": {"num_workers": 4, "world_size": 8, "seqloader": "0.4.0"}}
 
 Every key is described in that section's table. In short: ``position`` counts samples of the
 epoch's *global* order already yielded (all ranks together; with ``in_order=False`` it is the
@@ -24,13 +24,12 @@ loaded state keeps its own); ``sampler_len``, ``sampler_epoch``, ``sampler`` and
 describe a user's sampler and dataset (their verbatim ``state_dict()`` when they have one);
 ``iterable`` holds one :class:`IterableState` entry per worker stream of an ``IterableDataset``;
 ``recipe`` the run's changes (:mod:`seqloader.loader.changes`); ``files`` the fingerprint of the
-file list of every source in the pipeline; ``saved_with`` is informational.
+file list of every source in the pipeline; ``saved_with`` is informational (and names the release).
 
 :meth:`LoaderState.from_dict` validates everything (types, format, version, and every int within
-``[0, 2**63)``: :func:`check_int_in`) and upgrades old versions one step at a time
-through :data:`_MIGRATIONS`;
-:func:`~seqloader.loader.saving.check_matches` compares a loaded state with the loader it is
-loaded into. Neither mutates anything.
+``[0, 2**63)``: :func:`check_int_in`) and upgrades old versions one step at a time through :data:`_MIGRATIONS`
+(or refuses one, naming its version and :func:`reader`); :func:`~seqloader.loader.saving.check_matches`
+compares a loaded state with the loader it is loaded into. Neither mutates anything.
 """
 
 from __future__ import annotations
@@ -40,8 +39,10 @@ import dataclasses
 import reprlib
 from typing import Any, Callable, Optional
 
+from seqloader import __version__  # the package's one version source (a str; seqloader/__init__ imports nothing)
+
 __all__ = ["FORMAT", "INT_LIMIT", "KEYS", "STAGE", "VERSION", "IterableState", "LoaderState", "check_int_in",
-           "check_value", "is_int", "is_int_in", "is_stateful", "shown"]
+           "check_value", "is_int", "is_int_in", "is_stateful", "reader", "shown"]
 
 # -- the value checks of a state ------------------------------------------------------------------
 
@@ -186,7 +187,6 @@ class IterableState:
 
 # -- the format ------------------------------------------------------------------------------------
 
-
 #: The value of the ``"format"`` key.
 FORMAT = "seqloader.DataLoader"
 #: The current version; bumped whenever the meaning of a key changes.
@@ -201,7 +201,7 @@ KEYS = ("format", "version", "seed", "epoch", "position", "ahead", "step", "data
 #: The mark of a version-3 fingerprint (of paths and modification times) in a migrated state.
 LEGACY_FINGERPRINT = "v3:"
 
-#: ``_MIGRATIONS[v]`` turns a version-``v`` dict into a version-``v + 1`` dict (a new dict).
+#: ``_MIGRATIONS[v]`` turns a version-``v`` dict into a version-``v + 1`` dict (a new dict; releases: CHANGELOG.md).
 #: 1 -> 2: the derivation of orders and seeds became a key (version 1 meant derivation 1); the epoch
 #: of a set_epoch sampler is saved (unknown for version 1); iterable streams are seqloader's own
 #: (version-1 iterable states cannot resume exactly and are refused). Other meanings are kept.
@@ -227,12 +227,17 @@ def is_stateful(obj: Any) -> bool:
     return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
 
+def reader() -> str:
+    """``'seqloader 0.4.0 reads state_dict versions 1-4'``: named wherever a state's version is refused."""
+    return f"seqloader {__version__} reads state_dict versions {min(_MIGRATIONS, default=VERSION)}-{VERSION}"
+
+
 def _migrate_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
     if d.get("iterable") is not None:
         raise ValueError(f"{STAGE}: this version-1 state_dict was saved for an IterableDataset, which "
                          "seqloader 0.1 read on torch's workers with other random streams and stream "
-                         "states; it cannot be resumed exactly by this version (restart the epoch, or "
-                         "finish it with seqloader 0.1)")
+                         f"states; this {reader()} but cannot resume this one exactly (restart the epoch, "
+                         "or finish it with seqloader 0.1)")
     return {**d, "version": 2, "derivation": 1, "sampler_epoch": None, "ahead": []}
 
 
@@ -283,11 +288,11 @@ class LoaderState:
         >>> s = LoaderState(seed=7, epoch=0, position=0, dataset_len=10, batch_size=2,
         ...                 drop_last=False, shuffle=True)
         >>> d = s.to_dict()
-        >>> LoaderState.from_dict(d) == s
-        True
+        >>> LoaderState.from_dict(d).to_dict() == d, d["saved_with"]  # the release that wrote it
+        (True, {'seqloader': '...'})
         >>> LoaderState.from_dict({**d, "version": 99})
         Traceback (most recent call last):
-        ValueError: load_state_dict: this state_dict has version 99, newer than this seqloader's version 4; upgrade seqloader to load it
+        ValueError: load_state_dict: this state_dict has version 99, newer than this seqloader's version 4 (seqloader ... reads state_dict versions 1-4); upgrade seqloader to load it
     """
 
     seed: int
@@ -310,7 +315,8 @@ class LoaderState:
     saved_with: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The public state dict (JSON types, plus whatever the verbatim sub-states hold)."""
+        """The public state dict (JSON types, plus whatever the verbatim sub-states hold); ``saved_with``
+        names the ``seqloader`` release that wrote it, unless it names one already (a loaded state's)."""
         return {
             "format": FORMAT, "version": VERSION, "seed": self.seed, "epoch": self.epoch,
             "position": self.position, "ahead": list(self.ahead), "step": self.step,
@@ -320,7 +326,7 @@ class LoaderState:
             "sampler_epoch": self.sampler_epoch, "sampler": self.sampler, "dataset": self.dataset,
             "iterable": None if self.iterable is None else self.iterable.to_dict(),
             "recipe": self.recipe, "files": None if self.files is None else [dict(f) for f in self.files],
-            "saved_with": dict(self.saved_with),
+            "saved_with": {**self.saved_with, "seqloader": self.saved_with.get("seqloader", __version__)},
         }
 
     @classmethod
@@ -329,8 +335,8 @@ class LoaderState:
 
         Raises:
             TypeError: ``d`` is not a dict.
-            ValueError: unknown format, newer version, missing/unknown keys or a bad value
-                (the message names the key and the value).
+            ValueError: unknown format, newer version (naming both versions and this release),
+                missing/unknown keys or a bad value (naming the key and the value).
         """
         if not isinstance(d, dict):
             raise TypeError(f"{STAGE}: expected a dict (got {type(d).__name__})")
@@ -341,15 +347,16 @@ class LoaderState:
         check_int_in("version", version, low=1)
         if version > VERSION:
             raise ValueError(f"{STAGE}: this state_dict has version {version}, newer than this "
-                             f"seqloader's version {VERSION}; upgrade seqloader to load it")
+                             f"seqloader's version {VERSION} ({reader()}); upgrade seqloader to load it")
+        saved = version
         while version < VERSION:
             d = _MIGRATIONS[version](d)
             version = d["version"]
         missing = [k for k in KEYS if k not in d]
         unknown = sorted(k for k in d if k not in KEYS)
         if missing or unknown:
-            raise ValueError(f"{STAGE}: malformed state_dict (missing keys {missing}, unknown keys "
-                             f"{unknown})")
+            was = f"; a version-{saved} state_dict, upgraded to version {VERSION}" if saved < VERSION else ""
+            raise ValueError(f"{STAGE}: malformed state_dict (missing keys {missing}, unknown keys {unknown}){was}")
         check_value(is_int(d["seed"]) and 0 <= d["seed"] < 2**64, "seed", d["seed"], "an int in [0, 2**64)")
         for key in ("epoch", "position", "step"):
             check_int_in(key, d[key])
@@ -368,6 +375,9 @@ class LoaderState:
         check_value(isinstance(d["saved_with"], dict), "saved_with", d["saved_with"], "a dict")
         check_int_in("saved_with.world_size", d["saved_with"].get("world_size", 1), low=1)
         check_int_in("saved_with.num_workers", d["saved_with"].get("num_workers", 0))
+        release = d["saved_with"].get("seqloader", "")
+        check_value(isinstance(release, str) and len(release) <= 64, "saved_with.seqloader", release,
+                    "a str of at most 64 characters")
         check_value(d["recipe"] is None or isinstance(d["recipe"], dict) and set(d["recipe"]) <= {"weights", "skips"},
                     "recipe", d["recipe"], "None or a dict with the keys 'weights' and/or 'skips'")
         check_value(d["files"] is None or isinstance(d["files"], list), "files", d["files"],

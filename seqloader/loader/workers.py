@@ -29,16 +29,13 @@ from seqloader.loader.thread_workers import GlobalDrawProbe, ThreadWorkerSetup
 from seqloader.loader.torch_compat import install_worker_info, numpy_worker_seed
 from seqloader.prefetcher.api import prefetch
 from seqloader.prefetcher.prefetch import Prefetch
+from seqloader.prefetcher.options import ExecutorOptions, ProcessWorkers, ThreadWorkers, choose_executor
 from seqloader.prefetcher.ray_options import RayWorkers
 from seqloader.rng import derive_seed
 from seqloader.sequences import stage_times
 
-__all__ = ["WORKER_METHODS", "TorchWorkerSetup", "Workers", "check_threads_per_worker", "check_worker_method",
-           "check_worker_restarts", "worker_base_seed"]
-
-#: ``DataLoader(worker_method=)``: torch's values, and ``"ray"`` (or a ``RayWorkers``).
-WORKER_METHODS = ("multiprocessing", "thread", "ray")
-
+__all__ = ["TorchWorkerSetup", "Workers", "check_worker_restarts", "executor_options", "method_word",
+           "worker_base_seed"]
 
 class TorchWorkerSetup:
     """A prefetch ``worker_init_fn`` doing torch's worker set-up; see the module docstring.
@@ -101,54 +98,47 @@ def check_worker_restarts(value: Any, num_workers: Any) -> int:
     return n
 
 
-def check_worker_method(value: Any, num_workers: int) -> Any:
-    """``DataLoader(worker_method=)``: torch's values, ``"ray"`` or a :class:`~seqloader.RayWorkers`.
+def executor_options(worker_method: Any, multiprocessing_context: Any, threads_per_worker: Any,
+                     num_workers: int) -> ExecutorOptions:
+    """Where a ``DataLoader``'s batches are computed, from torch's words (``worker_method=``,
+    ``multiprocessing_context=``) and ``threads_per_worker=``: one options object, checked once
+    (:func:`~seqloader.prefetcher.options.choose_executor`; an argument that means nothing for the
+    executor raises, naming it).
 
     Example:
-        >>> check_worker_method("thread", 2), check_worker_method(RayWorkers(num_cpus=2), 2).num_cpus
-        ('thread', 2)
-        >>> check_worker_method("threads", 2)
+        >>> executor_options("thread", None, 1, 2), executor_options("multiprocessing", "spawn", 2, 2)
+        (ThreadWorkers(), ProcessWorkers(context='spawn', threads=2))
+        >>> executor_options("threads", None, 1, 2)
         Traceback (most recent call last):
-        ValueError: DataLoader: worker_method must be 'multiprocessing' or 'thread' (got 'threads'), or 'ray' or a seqloader.RayWorkers
-        >>> check_worker_method("ray", 0)
+        ValueError: DataLoader: worker_method must be 'process' (or 'multiprocessing'), 'thread', 'ray', or a ProcessWorkers, ThreadWorkers or RayWorkers (got 'threads')
+        >>> executor_options("thread", "spawn", 1, 2)
+        Traceback (most recent call last):
+        ValueError: DataLoader: multiprocessing_context applies to worker processes only (got 'spawn' with worker_method='thread'); threads start no process
+        >>> executor_options("ray", None, 1, 0)
         Traceback (most recent call last):
         ValueError: DataLoader: worker_method='ray' needs num_workers > 0 (got num_workers=0): num_workers is the number of Ray actors
     """
-    if isinstance(value, RayWorkers) or value == "ray":
-        if num_workers == 0:
-            raise ValueError("DataLoader: worker_method='ray' needs num_workers > 0 (got num_workers=0): num_workers "
-                             "is the number of Ray actors")
-        return value
-    if value not in WORKER_METHODS:
-        raise ValueError(f"DataLoader: worker_method must be 'multiprocessing' or 'thread' (got {value!r}), or 'ray' "
-                         "or a seqloader.RayWorkers")
-    return str(value)
+    options = choose_executor(worker_method, multiprocessing_context=multiprocessing_context,
+                              threads_per_worker=threads_per_worker, stage="DataLoader", argument="worker_method")
+    if isinstance(options, RayWorkers) and num_workers == 0:
+        raise ValueError("DataLoader: worker_method='ray' needs num_workers > 0 (got num_workers=0): num_workers "
+                         "is the number of Ray actors")
+    if isinstance(options, ProcessWorkers) and options.threads > 1 and num_workers == 0:
+        raise ValueError(f"DataLoader: threads_per_worker={options.threads} needs num_workers > 0 (got "
+                         "num_workers=0): the threads run inside the worker processes")
+    return options
 
 
-def check_threads_per_worker(value: Any, worker_method: str, num_workers: int) -> int:
-    """``DataLoader(threads_per_worker=)``: items each worker process computes at once.
+def method_word(options: ExecutorOptions) -> Any:
+    """torch's ``worker_method`` for ``options`` (a ``RayWorkers`` stays itself).
 
     Example:
-        >>> check_threads_per_worker(4, "multiprocessing", 2)
-        4
-        >>> check_threads_per_worker(4, "thread", 2)
-        Traceback (most recent call last):
-        ValueError: DataLoader: threads_per_worker=4 applies to worker_method='multiprocessing' (threads inside each worker process); with worker_method='thread' every worker is one thread already: raise num_workers instead
+        >>> method_word(ProcessWorkers(threads=2)), method_word(ThreadWorkers())
+        ('multiprocessing', 'thread')
     """
-    n = check_int("DataLoader", "threads_per_worker", value)
-    if n < 1:
-        raise ValueError(f"DataLoader: threads_per_worker must be >= 1 (got {n})")
-    if n > 1 and (worker_method == "ray" or isinstance(worker_method, RayWorkers)):
-        raise ValueError(f"DataLoader: threads_per_worker={n} applies to worker_method='multiprocessing'; a Ray actor "
-                         "computes one batch at a time: raise num_workers instead")
-    if n > 1 and worker_method == "thread":
-        raise ValueError(f"DataLoader: threads_per_worker={n} applies to worker_method='multiprocessing' (threads "
-                         "inside each worker process); with worker_method='thread' every worker is one thread "
-                         "already: raise num_workers instead")
-    if n > 1 and num_workers == 0:
-        raise ValueError(f"DataLoader: threads_per_worker={n} needs num_workers > 0 (got num_workers=0): the "
-                         "threads run inside the worker processes")
-    return n
+    if isinstance(options, ProcessWorkers):
+        return "multiprocessing"
+    return "thread" if isinstance(options, ThreadWorkers) else options
 
 
 def worker_base_seed(seed: int, epoch: int) -> int:
@@ -191,27 +181,25 @@ class Workers:
         restarts = loader.max_worker_restarts
         if restarts and loader.persistent_workers:
             respawn = self._respawn_current  # follows reset(): each epoch brings its own
-        method = loader.worker_method
-        if method == "ray" or isinstance(method, RayWorkers):
-            pf = prefetch(seq, n, method=method, prefetch_factor=loader.prefetch_factor, timeout=loader.timeout,
+        options = loader.executor
+        if isinstance(options, RayWorkers):
+            pf = prefetch(seq, n, method=options, prefetch_factor=loader.prefetch_factor, timeout=loader.timeout,
                           worker_init_fn=TorchWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages),
                           shared=loader.dataset, affinity=affinity, restarts=restarts,
                           respawn=respawn if restarts else None, describe=describe_batch)
-        elif method == "thread":
+        elif isinstance(options, ThreadWorkers):
             setup = ThreadWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, self.probe,
                                       copy_dataset=isinstance(loader.dataset, torch.utils.data.IterableDataset))
-            pf = prefetch(seq, n, method="thread", prefetch_factor=loader.prefetch_factor, worker_init_fn=setup,
+            pf = prefetch(seq, n, method=options, prefetch_factor=loader.prefetch_factor, worker_init_fn=setup,
                           timeout=loader.timeout, affinity=affinity, describe=describe_batch)
         else:
-            threads = loader.threads_per_worker
+            threads = options.threads
             thread_setup = None if threads == 1 else ThreadWorkerSetup(n, base, loader.dataset, None, stages,
                                                                        GlobalDrawProbe())
-            pf = prefetch(seq, n, prefetch_factor=loader.prefetch_factor,
-                          multiprocessing_context=loader.multiprocessing_context,
+            pf = prefetch(seq, n, method=options, prefetch_factor=loader.prefetch_factor,
                           worker_init_fn=TorchWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, threads),
                           timeout=loader.timeout, shared=loader.dataset, affinity=affinity, restarts=restarts,
-                          respawn=respawn if restarts else None, threads_per_worker=threads,
-                          thread_init_fn=thread_setup, describe=describe_batch)
+                          respawn=respawn if restarts else None, thread_init_fn=thread_setup, describe=describe_batch)
         if loader.persistent_workers:
             self.prefetch = pf
         return pf

@@ -15,6 +15,7 @@ from seqloader.errors import check_positive_int
 from seqloader.prefetcher.checks import check_restarts, check_seq, check_timeout, check_workers, resolve_context
 from seqloader.prefetcher.prefetch import Prefetch
 from seqloader.prefetcher.ray import RayExecutor
+from seqloader.prefetcher.options import ExecutorOptions, ThreadWorkers, choose_executor
 from seqloader.prefetcher.ray_options import RayWorkers
 from seqloader.prefetcher.threads import ThreadExecutor
 
@@ -23,11 +24,7 @@ if TYPE_CHECKING:  # imported lazily below: importing it imports torch
 
 __all__ = ["prefetch"]
 
-#: The backends of ``prefetch`` (and a ``RayWorkers`` object for ``"ray"`` with options).
-METHODS = ("process", "thread", "ray")
-
-
-def prefetch(seq: Sequence, num_workers: int, *, method: str | RayWorkers = "process", prefetch_factor: int = 2,
+def prefetch(seq: Sequence, num_workers: int, *, method: str | ExecutorOptions = "process", prefetch_factor: int = 2,
              multiprocessing_context: Any = None, worker_init_fn: Callable[[int], None] | None = None,
              timeout: float = 0, shared: Any = None, affinity: bool = True, restarts: int = 0,
              respawn: Callable[[int], Any] | None = None, threads_per_worker: int = 1,
@@ -76,8 +73,11 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str | RayWorkers = "pro
         seq: a sequence (``len`` and integer indexing); picklable for ``spawn``/``forkserver``.
         num_workers: worker processes (threads for ``method="thread"``), ``>= 1`` (there is no
             in-process fallback: read ``seq``).
-        method: ``"process"`` (default), ``"thread"``, ``"ray"`` or a
-            :class:`~seqloader.prefetcher.ray_options.RayWorkers`.
+        method: ``"process"`` (default; torch's word ``"multiprocessing"`` is the same), ``"thread"``,
+            ``"ray"``, or an options object: :class:`~seqloader.prefetcher.options.ProcessWorkers`,
+            :class:`~seqloader.prefetcher.options.ThreadWorkers` or
+            :class:`~seqloader.prefetcher.ray_options.RayWorkers`
+            (:func:`~seqloader.prefetcher.options.choose_executor`).
         threads_per_worker: items each worker process computes at once (``method="process"``).
         thread_init_fn: ``thread_init_fn(worker_id, thread)`` in each thread of a worker process
             (``threads_per_worker > 1``).
@@ -131,14 +131,13 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str | RayWorkers = "pro
         ValueError: prefetch: num_workers must be a positive int (got 0); to evaluate in this process, read the sequence directly
         >>> prefetch(range(10), num_workers=2, method="thread", shared=[1])
         Traceback (most recent call last):
-        ValueError: prefetch: shared applies to method='process' only (got [1] with method='thread'); threads share this process's objects
+        ValueError: prefetch: shared applies to worker processes only (got [1] with method='thread'); threads share this process's objects
         >>> prefetch(range(10), num_workers=2, method="ray", threads_per_worker=2)  # checked before Ray is used
         Traceback (most recent call last):
-        ValueError: prefetch: threads_per_worker applies to method='process' only (got 2 with method='ray'); each actor computes one item at a time: raise num_workers instead
+        ValueError: prefetch: threads_per_worker applies to worker processes only (got 2 with method='ray'); each actor computes one item at a time: raise num_workers instead
     """
-    if not isinstance(method, RayWorkers) and method not in METHODS:
-        raise ValueError(f"prefetch: method must be 'process', 'thread', 'ray' or a seqloader.RayWorkers (got "
-                         f"{method!r})")
+    options = choose_executor(method, multiprocessing_context=multiprocessing_context,
+                              threads_per_worker=threads_per_worker)
     check_seq("prefetch", seq)
     workers = check_workers(num_workers)
     prefetch_factor = check_positive_int("prefetch", "prefetch_factor", prefetch_factor)
@@ -148,23 +147,23 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str | RayWorkers = "pro
             raise TypeError(f"prefetch: {name} must be callable or None (got {type(fn).__name__})")
     if not isinstance(affinity, bool):
         raise TypeError(f"prefetch: affinity must be a bool (got {type(affinity).__name__})")
-    threads = check_positive_int("prefetch", "threads_per_worker", threads_per_worker)
     executor: Any
-    if method == "thread":
-        _check_thread_arguments(multiprocessing_context, shared, restarts, respawn, threads, thread_init_fn)
+    if isinstance(options, ThreadWorkers):
+        _check_thread_arguments(shared, restarts, respawn, thread_init_fn)
         executor = ThreadExecutor(workers, worker_init_fn)
-    elif isinstance(method, RayWorkers) or method == "ray":
-        _check_ray_arguments(multiprocessing_context, threads, thread_init_fn)
+    elif isinstance(options, RayWorkers):
+        if thread_init_fn is not None:
+            raise ValueError("prefetch: thread_init_fn applies to worker processes only (got it with method='ray'); "
+                             "each actor computes one item at a time: use worker_init_fn")
         restarts = check_restarts(restarts, respawn)
-        executor = RayExecutor(workers, worker_init_fn, seq if shared is None else shared,
-                               method if isinstance(method, RayWorkers) else RayWorkers())
+        executor = RayExecutor(workers, worker_init_fn, seq if shared is None else shared, options)
     else:
-        if thread_init_fn is not None and threads == 1:
+        if thread_init_fn is not None and options.threads == 1:
             raise ValueError("prefetch: thread_init_fn runs in the threads of a worker process; pass "
                              "threads_per_worker > 1 too (got threads_per_worker=1)")
         restarts = check_restarts(restarts, respawn)
-        executor = _process_executor(resolve_context(multiprocessing_context), workers, worker_init_fn,
-                                     seq if shared is None else shared, threads, thread_init_fn, prefetch_factor)
+        executor = _process_executor(resolve_context(options.context), workers, worker_init_fn,
+                                     seq if shared is None else shared, options.threads, thread_init_fn, prefetch_factor)
     return Prefetch(seq, executor, prefetch_factor, timeout, affinity, restarts, respawn, describe)
 
 
@@ -176,34 +175,18 @@ def _process_executor(ctx: Any, workers: int, worker_init_fn: Any, shared: Any, 
                            thread_init_fn=thread_init_fn)
 
 
-def _check_ray_arguments(multiprocessing_context: Any, threads_per_worker: int, thread_init_fn: Any) -> None:
-    """Refuse the arguments of :func:`prefetch` that apply to worker processes only under ``method="ray"``."""
-    given = {"multiprocessing_context": (multiprocessing_context, "Ray starts the actors' processes"),
-             "threads_per_worker": (None if threads_per_worker == 1 else threads_per_worker,
-                                    "each actor computes one item at a time: raise num_workers instead"),
-             "thread_init_fn": (thread_init_fn, "each actor computes one item at a time: use worker_init_fn")}
-    for name, (value, why) in given.items():
-        if value is not None:
-            raise ValueError(f"prefetch: {name} applies to method='process' only (got {value!r} with "
-                             f"method='ray'); {why}")
-
-
-def _check_thread_arguments(multiprocessing_context: Any, shared: Any, restarts: Any, respawn: Any,
-                            threads_per_worker: int, thread_init_fn: Any) -> None:
-    """Refuse the process-only arguments of :func:`prefetch` under ``method="thread"``."""
+def _check_thread_arguments(shared: Any, restarts: Any, respawn: Any, thread_init_fn: Any) -> None:
+    """Refuse the process-only arguments of :func:`prefetch` under ``method="thread"`` (the start method
+    and ``threads_per_worker`` are :func:`~seqloader.prefetcher.options.choose_executor`'s)."""
     why = {
-        "multiprocessing_context": "threads start no process",
         "shared": "threads share this process's objects",
         "restarts": "threads do not die as processes do (an item's exception is its outcome)",
         "respawn": "threads do not die as processes do (an item's exception is its outcome)",
-        "threads_per_worker": "each worker is one thread already",
         "thread_init_fn": "worker_init_fn runs in each thread already",
     }
-    given = {"multiprocessing_context": multiprocessing_context, "shared": shared,
-             "restarts": None if restarts == 0 else restarts, "respawn": respawn,
-             "threads_per_worker": None if threads_per_worker == 1 else threads_per_worker,
+    given = {"shared": shared, "restarts": None if restarts == 0 else restarts, "respawn": respawn,
              "thread_init_fn": thread_init_fn}
     for name, value in given.items():
         if value is not None:
-            raise ValueError(f"prefetch: {name} applies to method='process' only (got {value!r} with "
+            raise ValueError(f"prefetch: {name} applies to worker processes only (got {value!r} with "
                              f"method='thread'); {why[name]}")

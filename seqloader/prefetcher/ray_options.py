@@ -9,6 +9,8 @@ The executor itself is :class:`~seqloader.prefetcher.ray.RayExecutor`.
 from __future__ import annotations
 
 import math
+import socket
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -30,13 +32,15 @@ class RayWorkers:
             actors only on nodes started with ``ray start --resources='{"data_host": 8}'``.
         scheduling_strategy: Ray's ``scheduling_strategy`` for the actors (``"SPREAD"``, a
             placement group strategy, ...); ``None``: Ray's default.
+        connect_timeout: seconds to wait for the cluster at ``address`` when connecting (``> 0``):
+            an address nothing answers at raises within this bound instead of waiting for ever.
 
     Raises:
         TypeError, ValueError: an argument of the wrong type or value.
 
     Example:
         >>> RayWorkers(num_cpus=2, resources={"data_host": 1})
-        RayWorkers(address=None, num_cpus=2, resources={'data_host': 1}, scheduling_strategy=None)
+        RayWorkers(address=None, num_cpus=2, resources={'data_host': 1}, scheduling_strategy=None, connect_timeout=60.0)
         >>> RayWorkers(num_cpus=0)
         Traceback (most recent call last):
         ValueError: RayWorkers: num_cpus must be a number > 0 (got 0); each actor is a process that needs CPU time
@@ -46,8 +50,12 @@ class RayWorkers:
     num_cpus: float = 1
     resources: Optional[dict] = None
     scheduling_strategy: Any = None
+    connect_timeout: float = 60.0
 
     def __post_init__(self) -> None:
+        t = self.connect_timeout
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (t > 0 and math.isfinite(t)):
+            raise ValueError(f"RayWorkers: connect_timeout must be a number of seconds > 0 (got {t!r})")
         if self.address is not None and not isinstance(self.address, str):
             raise TypeError(f"RayWorkers: address must be a str or None (got {type(self.address).__name__})")
         n = self.num_cpus
@@ -94,14 +102,53 @@ def connect(options: RayWorkers) -> Any:
     if ray.is_initialized():
         return ray
     address = "auto" if options.address is None else options.address
-    try:
-        ray.init(address=address)
-    except ConnectionError as exc:
-        raise RuntimeError(
-            f"prefetch: no Ray cluster to connect to at address={address!r} ({exc}); start one with `ray start "
-            "--head` (and `ray start --address=<head>:6379` on each CPU host), then run this again on a node of "
-            "it, or call ray.init(...) first, or pass RayWorkers(address='<head>:6379')") from exc
+    hint = ("start one with `ray start --head` (and `ray start --address=<head>:6379` on each CPU host), then run "
+            "this again on a node of it, or call ray.init(...) first, or pass RayWorkers(address='<head>:6379')")
+    _check_reachable(address, options.connect_timeout, hint)
+    outcome: dict[str, Any] = {}
+
+    def init() -> None:
+        try:
+            ray.init(address=address)
+            outcome["ok"] = True
+        except BaseException as exc:  # handed to the caller below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=init, name="seqloader-ray-connect", daemon=True)
+    thread.start()
+    thread.join(options.connect_timeout)
+    if thread.is_alive():
+        raise RuntimeError(f"prefetch: no answer from the Ray cluster at address={address!r} within "
+                           f"RayWorkers(connect_timeout={options.connect_timeout}) seconds; {hint}")
+    exc = outcome.get("error")
+    if isinstance(exc, ConnectionError):
+        raise RuntimeError(f"prefetch: no Ray cluster to connect to at address={address!r} ({exc}); {hint}") from exc
+    if exc is not None:
+        raise exc
     return ray
+
+
+def _check_reachable(address: str, timeout: float, hint: str) -> None:
+    """Refuse at once an explicit ``host:port`` (or ``ray://host:port``) that no server answers at:
+    ``ray.init`` would retry it for many minutes.
+
+    Example:
+        >>> _check_reachable("127.0.0.1:1", 5.0, "start one")
+        Traceback (most recent call last):
+        RuntimeError: prefetch: no Ray cluster answers at address='127.0.0.1:1' (connection refused); start one
+    """
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return  # "auto", "local" or a form Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except ConnectionRefusedError:
+        why = "connection refused"
+    except OSError as exc:
+        why = str(exc) or type(exc).__name__
+    else:
+        return
+    raise RuntimeError(f"prefetch: no Ray cluster answers at address={address!r} ({why}); {hint}")
 
 
 def check_feasible(ray: Any, options: RayWorkers) -> None:

@@ -165,7 +165,7 @@ def test_two_gloo_ranks_share_the_cluster_and_keep_their_shards(cluster, tmp_pat
 
 
 def test_ray_arguments_are_checked(cluster):
-    with pytest.raises(ValueError, match="threads_per_worker=2 applies to worker_method='multiprocessing'"):
+    with pytest.raises(ValueError, match="threads_per_worker applies to worker processes only \\(got 2 with worker_method='ray'\\)"):
         seqloader.DataLoader(range(4), num_workers=2, worker_method="ray", threads_per_worker=2)
     with pytest.raises(ValueError, match="worker_method='ray' needs num_workers > 0"):
         seqloader.DataLoader(range(4), worker_method=RayWorkers())

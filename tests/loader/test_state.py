@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.utils.data import Sampler
 
+import seqloader
 from seqloader import BijectiveShuffleSampler, DataLoader
 from seqloader.loader import state as state_mod
 from seqloader.loader.state import KEYS, LoaderState
@@ -50,7 +51,7 @@ def test_state_values():
                   "ahead": [], "step": 0, "dataset_len": 10, "batch_size": 4, "drop_last": False, "shuffle": True,
                   "derivation": 2, "sampler_len": None, "sampler_epoch": None,
                   "sampler": None, "dataset": None, "iterable": None, "recipe": None, "files": [],
-                  "saved_with": {"num_workers": 0, "world_size": 1}}
+                  "saved_with": {"num_workers": 0, "world_size": 1, "seqloader": seqloader.__version__}}
 
 
 def test_saved_with_is_ignored_and_the_seed_comes_from_the_state():

@@ -356,9 +356,9 @@ def test_persistent_thread_workers_stay_across_epochs_and_stop_with_the_loader()
 
 
 def test_arguments_are_checked_naming_the_option():
-    with pytest.raises(ValueError, match="worker_method must be 'multiprocessing' or 'thread' \\(got 'threads'\\)"):
+    with pytest.raises(ValueError, match="worker_method must be 'process' \\(or 'multiprocessing'\\), 'thread', 'ray'.* \\(got 'threads'\\)"):
         seqloader.DataLoader(range(4), num_workers=2, worker_method="threads")
-    with pytest.raises(ValueError, match="threads_per_worker=2 applies to worker_method='multiprocessing'"):
+    with pytest.raises(ValueError, match="threads_per_worker applies to worker processes only \\(got 2 with worker_method='thread'\\)"):
         seqloader.DataLoader(range(4), num_workers=2, worker_method="thread", threads_per_worker=2)
     with pytest.raises(ValueError, match="threads_per_worker=3 needs num_workers > 0"):
         seqloader.DataLoader(range(4), threads_per_worker=3)

@@ -290,7 +290,7 @@ def test_arguments_are_checked():
         prefetch(range(3), 1, respawn=lambda w: None)
     with pytest.raises(TypeError, match="respawn must be callable or None"):
         prefetch(range(3), 1, restarts=1, respawn=3)
-    with pytest.raises(ValueError, match="restarts applies to method='process' only"):
+    with pytest.raises(ValueError, match="restarts applies to worker processes only"):
         prefetch(range(3), 1, method="thread", restarts=1)
 
 

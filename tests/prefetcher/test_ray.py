@@ -117,7 +117,7 @@ def test_resources_no_node_has_are_refused_before_waiting(cluster):
 
 
 def test_process_only_arguments_are_refused(cluster):
-    with pytest.raises(ValueError, match="multiprocessing_context applies to method='process' only"):
+    with pytest.raises(ValueError, match="multiprocessing_context applies to worker processes only"):
         sl.prefetch(range(3), 1, method="ray", multiprocessing_context="spawn")
 
 

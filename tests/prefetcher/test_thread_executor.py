@@ -257,13 +257,13 @@ def test_a_prefetch_inherited_through_fork_reads_with_the_childs_own_threads():
 @pytest.mark.parametrize("name, value", [("multiprocessing_context", "spawn"), ("shared", [1]), ("restarts", 1),
                                          ("threads_per_worker", 2), ("thread_init_fn", print)])
 def test_process_only_arguments_are_refused_with_threads(name, value):
-    with pytest.raises(ValueError, match=f"^prefetch: {name} applies to method='process' only"):
+    with pytest.raises(ValueError, match=f"^prefetch: {name} applies to worker processes only"):
         sl.prefetch(range(3), 2, method="thread", **{name: value})
 
 
 def test_method_is_validated_and_thread_arguments_are_checked():
-    with pytest.raises(ValueError, match=re.escape("prefetch: method must be 'process', 'thread', 'ray' or a "
-                                                   "seqloader.RayWorkers (got 'threads')")):
+    with pytest.raises(ValueError, match=re.escape("prefetch: method must be 'process' (or 'multiprocessing'), 'thread', 'ray', "
+                                                   "or a ProcessWorkers, ThreadWorkers or RayWorkers (got 'threads')")):
         sl.prefetch(range(3), 2, method="threads")
     with pytest.raises(ValueError, match="prefetch: num_workers must be a positive int"):
         sl.prefetch(range(3), 0, method="thread")
