@@ -49,6 +49,7 @@ SUBSETS: dict[str, tuple[str, ...]] = {
         "tests/test_rng.py",
         "tests/loader/test_global_rngs.py",
         "tests/loader/test_worker_info_patch.py",
+        "tests/loader/test_torch_compat.py",
         "tests/loader/test_parity.py",
         "tests/loader/test_dropin.py",
         "tests/loader/test_args.py",
@@ -96,9 +97,9 @@ def built() -> tuple[Path, Path]:
     return sdists[0], wheels[0]
 
 
-def install(wheel: Path, extras: str) -> None:
+def install(wheel: Path, extras: str, constraints_file: Path) -> None:
     """The wheel with ``extras`` and their dependencies, then the wheel itself over any other install."""
-    constraints = ["-c", str(REPO / "constraints.txt")]
+    constraints = ["-c", str(constraints_file)]
     pip = [sys.executable, "-m", "pip", "install", "-q"]
     run([*pip, f"{wheel}[{extras}]" if extras else str(wheel), *constraints])
     run([*pip, "--force-reinstall", "--no-deps", str(wheel)])
@@ -131,13 +132,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.test_installed", description=__doc__.split("\n")[0])
     parser.add_argument("--no-build", action="store_true", help="test the wheel already in build/dist (no build, no install)")
     parser.add_argument("--extras", default="test,integrations", help="extras installed with the wheel")
+    parser.add_argument("--constraints", type=Path, default=REPO / "constraints.txt",
+                        help="pip constraints for the install (default: constraints.txt, the torch CI installs)")
     parser.add_argument("--subset", choices=sorted(SUBSETS), help="run only this named subset of the suite")
     parser.add_argument("pytest_args", nargs="*", help="arguments for pytest (after --)")
     args = parser.parse_args(argv)
 
     sdist, wheel = built() if args.no_build else build()
     if not args.no_build:
-        install(wheel, args.extras)
+        install(wheel, args.extras, args.constraints)
     root, package = stage(), installed_package()
     if package.is_relative_to(REPO / "seqloader"):
         sys.exit(f"test_installed: 'import seqloader' resolves to {package}, the checkout's")

@@ -34,12 +34,13 @@ import random
 import sys
 import threading
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 import torch
 
 from seqloader.loader.global_rngs import numpy_state, reseeds
-from seqloader.loader.torch_compat import install_thread_worker_info, install_worker_info, thread_generators
+from seqloader.loader.torch_compat import (hold_thread_worker_info_for_process, install_thread_worker_info,
+                                           install_worker_info, thread_generators, thread_worker_info)
 from seqloader.rng import derive_seed
 from seqloader.sequences import stage_times
 
@@ -163,15 +164,23 @@ class ThreadWorkerSetup:
     timed; ``user_fn(worker_id)`` (the loader's ``worker_init_fn``) runs last in a thread worker
     (inside a worker process it ran once, in the process's own set-up).
 
+    The info of a thread needs torch's ``get_worker_info`` made thread-aware (on a torch without a
+    thread-local info): the thread executor holds :meth:`while_workers_live` from its first
+    thread's start until its last thread has ended; inside a worker process (``thread`` given) the
+    set-up holds it for the process's life (see :mod:`seqloader.loader.torch_compat`).
+
     Example:
         >>> import torch
         >>> from seqloader.loader.torch_compat import clear_worker_info
         >>> setup = ThreadWorkerSetup(2, base_seed=10, dataset="ds", user_fn=None)
-        >>> setup(1)   # what thread worker 1 runs first; here, in this thread
-        >>> info = torch.utils.data.get_worker_info()
-        >>> info.id, info.seed, info.worker_method, torch.thread_safe_generator() is info.rng.torch_generator
+        >>> with setup.while_workers_live():   # what the thread executor holds
+        ...     setup(1)   # what thread worker 1 runs first; here, in this thread
+        ...     info = torch.utils.data.get_worker_info()
+        ...     info.id, info.seed, info.worker_method, torch.thread_safe_generator() is info.rng.torch_generator
+        ...     use_thread_rngs(None); clear_worker_info()
         (1, 11, 'thread', True)
-        >>> use_thread_rngs(None); clear_worker_info()
+        >>> torch.utils.data.get_worker_info() is None
+        True
     """
 
     def __init__(self, num_workers: int, base_seed: int, dataset: Any, user_fn: Optional[Callable[[int], None]],
@@ -179,7 +188,14 @@ class ThreadWorkerSetup:
         self.num_workers, self.base_seed, self.dataset = num_workers, base_seed, dataset
         self.user_fn, self.stages, self.probe, self.copy_dataset = user_fn, stages, probe, copy_dataset
 
+    def while_workers_live(self) -> ContextManager[None]:
+        """What the thread executor holds while its threads live (a neutral protocol: the
+        prefetcher knows nothing of torch)."""
+        return thread_worker_info()
+
     def __call__(self, worker_id: int, thread: Optional[int] = None) -> None:
+        if thread is not None:  # a thread of a worker process: seqloader's own process, held for its life
+            hold_thread_worker_info_for_process()
         seed = self.base_seed + worker_id
         own = seed if thread is None else derive_seed(seed, "thread_worker", thread) >> 2
         rng = thread_generators(own)

@@ -31,6 +31,13 @@ NOTE [ thread executor: shutdown ]
 4. After ``os.fork()`` a child holds a copy of the executor but none of its threads; it never
    touches the copy's lock (it may have been held at the fork): ``close`` there does nothing, and
    the owner reads with :meth:`ThreadExecutor.forked`, a fresh executor of the child's own.
+5. What the workers' set-up changes process-wide lasts as long as the threads: a
+   ``worker_init_fn`` with a ``while_workers_live()`` method (the loader's: torch's
+   ``get_worker_info`` made thread-aware) has the context manager it returns entered by
+   ``launch`` before the first thread starts, and left by whoever sees the executor stopped with
+   no thread alive: ``close`` or ``stop_nowait`` when every thread has ended already, else the
+   last thread as it ends (after ``close`` has joined them, or within :data:`CHECK_INTERVAL` of a
+   ``stop_nowait``; a thread inside a long item keeps it until that item is done).
 """
 
 from __future__ import annotations
@@ -57,7 +64,9 @@ class ThreadExecutor:
 
     Args:
         num_workers: threads, ``>= 1``.
-        worker_init_fn: ``worker_init_fn(worker_id)``, run first in each thread, or ``None``.
+        worker_init_fn: ``worker_init_fn(worker_id)``, run first in each thread, or ``None``; with a
+            ``while_workers_live()`` method, its context manager is held while the threads live
+            (the NOTE above, 5).
         name: threads are named ``f"{name}-{worker_id}"``.
 
     Example:
@@ -93,6 +102,9 @@ class ThreadExecutor:
         self._stopping = False
         self._closed = False
         self._owner_pid = os.getpid()
+        self._live = 0  # threads started and not ended
+        self._hold: Any = None  # what worker_init_fn.while_workers_live() returned, while entered (NOTE, 5)
+        self._held = False  # entered once already (never again)
 
     @property
     def closed(self) -> bool:
@@ -101,17 +113,33 @@ class ThreadExecutor:
     # -- starting ----------------------------------------------------------------------------------
 
     def launch(self, seq: Sequence[Any], gen: int) -> None:
+        self._enter_hold()
         with self._lock:
             self._seq, self._latest = seq, max(self._latest, gen)
         for w in range(self.num_workers):
             self._start(w)
+
+    def _enter_hold(self) -> None:
+        """Enter ``worker_init_fn.while_workers_live()``, once (the NOTE above, 5)."""
+        lifetime = getattr(self._init, "while_workers_live", None)
+        if lifetime is None or self._held or self._stopping:
+            return
+        hold = lifetime()
+        hold.__enter__()
+        with self._lock:
+            self._hold, self._held = hold, True
 
     def _start(self, w: int) -> None:
         t = threading.Thread(target=self._run, args=(w,), name=f"{self._name}-{w}", daemon=True)
         with self._lock:
             self._threads[w] = t
             self._reported[w] = False
-        t.start()
+            self._live += 1
+        try:
+            t.start()
+        except BaseException:
+            self._ended()
+            raise
 
     def replace(self, worker: int, seq: Sequence[Any]) -> None:
         with self._lock:
@@ -150,6 +178,19 @@ class ThreadExecutor:
     # -- a worker thread -----------------------------------------------------------------------------
 
     def _run(self, w: int) -> None:
+        try:
+            self._work(w)
+        finally:
+            self._ended()
+
+    def _ended(self) -> None:
+        """A thread ended (or failed to start): the last one of a stopped executor lets go of the hold."""
+        with self._lock:
+            self._live -= 1
+            hold = self._take_hold_locked()
+        self._let_go(hold)
+
+    def _work(self, w: int) -> None:
         try:
             if self._init is not None:
                 self._init(w)
@@ -240,6 +281,8 @@ class ThreadExecutor:
         self._closed = True
         with self._lock:
             self._stop_locked()
+            hold = self._take_hold_locked()
+        self._let_go(hold)
         deadline = time.monotonic() + CLOSE_TIMEOUT
         for t in self._threads:
             if t is not None and t is not threading.current_thread():
@@ -253,8 +296,10 @@ class ThreadExecutor:
         if self._lock.acquire(blocking=False):
             try:
                 self._stop_locked()
+                hold = self._take_hold_locked()
             finally:
                 self._lock.release()
+            self._let_go(hold)
         else:
             self._stopping = True  # seen by each thread within CHECK_INTERVAL
 
@@ -265,3 +310,15 @@ class ThreadExecutor:
         for c in self._wakeup:
             c.notify_all()
         self._reader.notify_all()
+
+    def _take_hold_locked(self) -> Any:
+        """The hold, taken once the executor stopped with no thread alive (else ``None``)."""
+        if self._hold is None or not self._stopping or self._live:
+            return None
+        hold, self._hold = self._hold, None
+        return hold
+
+    @staticmethod
+    def _let_go(hold: Any) -> None:
+        if hold is not None:
+            hold.__exit__(None, None, None)

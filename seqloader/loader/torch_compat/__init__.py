@@ -28,23 +28,36 @@ generators (``_RNG(random._inst, torch.default_generator, numpy's global RandomS
 **Thread workers** (``worker_method="thread"``, and threads inside worker processes) need a
 ``WorkerInfo`` per thread: :func:`install_thread_worker_info` sets one with ``worker_method="thread"``
 and the thread's own generators in ``rng`` (what ``torch.thread_safe_generator()`` returns), in the
-thread-local storage torch's development branch reads. On a torch without it (2.13), the first call
-gives ``get_worker_info`` that branch's body: its code object is replaced in place (so references
-taken before, ``from torch.utils.data import get_worker_info``, see it too), reading the
-thread-local info first and torch's module global otherwise. It is done once per process, only when
-thread workers start, and changes nothing for a thread without an info of its own (the main
-thread, torch's own workers). ``tests/loader/test_torch_compat.py`` checks both torches' ways.
-``tests/loader/test_torch_compat.py`` compares the info with the one torch's own workers build.
+thread-local storage torch's development branch reads. A torch without it (2.13) is patched only
+while thread workers live: :func:`thread_worker_info` is held (a count, behind a lock) by the thread
+executor from the start of its first thread until it is closed and its last thread has ended. The
+first holder puts a ``threading.local`` in ``torch.utils.data._utils.worker`` as
+``_thread_local_worker_info`` and gives ``get_worker_info`` that branch's body: its code object is
+replaced in place (so references taken before, ``from torch.utils.data import get_worker_info``,
+see it too), reading the thread-local info first and torch's module global otherwise. The last
+holder restores the original code object and removes the attribute (only if seqloader put it
+there); a forked child starts unpatched. The patched body changes nothing for a thread without an
+info of its own (the main thread, torch's own workers). In a worker *process* whose threads compute
+items (``threads_per_worker``) the patch lasts for the process's life: that process is seqloader's
+own and ends with its loader. On a torch with its own thread-local info nothing is patched at all.
+The plain route, a ``WorkerInfo`` in torch's module global, is what process workers use; for threads
+it would show one thread's info to every thread. ``tests/loader/test_torch_compat.py`` compares the
+info with the one torch's own workers build; ``tests/loader/test_worker_info_patch.py`` checks that
+the patch ends with the last thread worker.
 """
 
 from seqloader.loader.torch_compat.collate import (TORCH_COLLATES, collate_in_plain_memory, collate_into_slot, fetch,
                                                    has_arrays, is_default_collate)
 from seqloader.loader.torch_compat.words import (open_files_error, pin, pin_device, poison_error,
                                                  worker_error)
-from seqloader.loader.torch_compat.worker_info import (clear_worker_info, install_thread_worker_info,
-                                                       install_worker_info, numpy_worker_seed, thread_generators,
-                                                       worker_dataset, worker_info_hidden)
+from seqloader.loader.torch_compat.worker_info import (clear_worker_info, hold_thread_worker_info_for_process,
+                                                       install_thread_worker_info, install_worker_info,
+                                                       numpy_worker_seed, thread_generators, thread_worker_info,
+                                                       thread_worker_info_holders, worker_dataset,
+                                                       worker_info_hidden)
 
-__all__ = ["TORCH_COLLATES", "clear_worker_info", "collate_in_plain_memory", "collate_into_slot", "fetch", "install_thread_worker_info", "install_worker_info",
-           "has_arrays", "is_default_collate", "numpy_worker_seed", "open_files_error", "pin", "pin_device", "poison_error",
-           "thread_generators", "worker_dataset", "worker_error", "worker_info_hidden"]
+__all__ = ["TORCH_COLLATES", "clear_worker_info", "collate_in_plain_memory", "collate_into_slot", "fetch",
+           "has_arrays", "hold_thread_worker_info_for_process", "install_thread_worker_info", "install_worker_info",
+           "is_default_collate", "numpy_worker_seed", "open_files_error", "pin", "pin_device", "poison_error",
+           "thread_generators", "thread_worker_info", "thread_worker_info_holders", "worker_dataset", "worker_error",
+           "worker_info_hidden"]

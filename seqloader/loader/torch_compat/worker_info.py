@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import random
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import torch
@@ -19,28 +20,144 @@ _FIELDS = {f.name for f in dataclasses.fields(_worker.WorkerInfo)}
 # The development branch's process workers record their global generators in the info's ``rng``
 # (its worker loop is ``_process_worker_loop``); 2.13 defines ``_RNG`` but leaves ``rng`` unset.
 _RNG = getattr(_worker, "_RNG", None) if hasattr(_worker, "_process_worker_loop") else None
-_LOCAL = getattr(_worker, "_thread_local_worker_info", None)  # ... and its thread-local info
-_LOCAL_LOCK = threading.Lock()
-
 
 
 def _thread_aware_get_worker_info() -> Any:  # pragma: no cover - runs as torch's get_worker_info
-    # The body torch's development branch gives get_worker_info; its names are looked up in
-    # torch.utils.data._utils.worker, the module whose function takes this code.
-    info = getattr(_thread_local_worker_info, "worker_info", None)  # type: ignore[name-defined]  # noqa: F821
+    # The body torch's development branch gives get_worker_info (the thread's own info first, else
+    # the module global); its names are looked up in the module whose function takes this code.
+    # ``globals().get``: a call under way when the patch is undone finds the thread-local gone.
+    info = getattr(globals().get("_thread_local_worker_info"), "worker_info", None)
     return info if info is not None else _worker_info  # type: ignore[name-defined]  # noqa: F821
 
 
-def _thread_local() -> Any:
-    """torch's thread-local worker info, made thread-aware on a torch without one (module docstring)."""
-    global _LOCAL
-    with _LOCAL_LOCK:
-        if _LOCAL is None:
-            local = threading.local()
-            _worker._thread_local_worker_info = local  # type: ignore[attr-defined]
-            _worker.get_worker_info.__code__ = _thread_aware_get_worker_info.__code__
-            _LOCAL = local
-        return _LOCAL
+class _ThreadAwarePatch:
+    """``module.get_worker_info`` made thread-aware while held (the package docstring says why).
+
+    Each holder calls :meth:`acquire` once and :meth:`release` once; the first acquire puts a
+    ``threading.local`` in ``module._thread_local_worker_info`` and gives ``get_worker_info`` the
+    body of :func:`_thread_aware_get_worker_info` (its code object is replaced in place, so
+    references taken before see it too); the last release restores the original code and removes
+    the attribute. A torch with its own thread-local info (the development branch) is left alone:
+    :meth:`local` is torch's, and nothing is patched. An ``RLock``: a finalizer run by the garbage
+    collector inside one holder's acquire or release may release another holder in the same thread
+    (the count changes before the patching, so a nested release never sees a half-made patch).
+    """
+
+    def __init__(self, module: Any):
+        self._module, self._function = module, module.get_worker_info
+        self._original = self._function.__code__
+        self._torchs = getattr(module, "_thread_local_worker_info", None)
+        self._lock = threading.RLock()
+        self._holders = 0
+        self._ours: Optional[threading.local] = None  # the thread-local seqloader put there, while held
+        self._for_process = False
+
+    def local(self) -> Optional[threading.local]:
+        """The thread-local ``get_worker_info`` reads: torch's own, seqloader's while held, else ``None``."""
+        return self._torchs if self._torchs is not None else self._ours
+
+    @property
+    def holders(self) -> int:
+        return self._holders
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._holders += 1
+            if self._holders > 1 or self._torchs is not None:
+                return
+            try:
+                local = threading.local()
+                self._module._thread_local_worker_info = local
+                self._function.__code__ = _thread_aware_get_worker_info.__code__
+                self._ours = local
+            except BaseException:
+                self._holders -= 1
+                self._undo()
+                raise
+
+    def release(self) -> None:
+        with self._lock:
+            if self._holders <= 0:
+                raise RuntimeError("seqloader: the thread-aware get_worker_info was released more often than "
+                                   "acquired (a holder let go twice)")
+            self._holders -= 1
+            if self._holders == 0:
+                self._undo()
+
+    def hold_for_process(self) -> None:
+        """Hold for the rest of this process's life (a worker process whose threads compute items:
+        seqloader's own process); idempotent."""
+        with self._lock:
+            if not self._for_process:
+                self.acquire()
+                self._for_process = True
+
+    def _undo(self) -> None:
+        if self._torchs is not None:
+            return
+        self._function.__code__ = self._original
+        if self._module.__dict__.get("_thread_local_worker_info", None) is self._ours is not None:
+            del self._module._thread_local_worker_info
+        self._ours = None
+
+    def before_fork(self) -> None:
+        self._lock.acquire()
+
+    def after_fork_in_parent(self) -> None:
+        self._lock.release()
+
+    def after_fork_in_child(self) -> None:
+        """A forked child has none of its parent's thread workers: it starts unpatched and unheld."""
+        self._lock = threading.RLock()
+        self._holders, self._for_process = 0, False
+        self._undo()
+
+
+_PATCH = _ThreadAwarePatch(_worker)
+os.register_at_fork(before=_PATCH.before_fork, after_in_parent=_PATCH.after_fork_in_parent,
+                    after_in_child=_PATCH.after_fork_in_child)
+
+
+@contextlib.contextmanager
+def thread_worker_info() -> Iterator[None]:
+    """Make ``get_worker_info`` thread-aware inside the block (see the package docstring): what the
+    thread executor holds from its first thread's start until its last thread has ended.
+
+    Example:
+        >>> original = torch.utils.data._utils.worker.get_worker_info.__code__
+        >>> with thread_worker_info():
+        ...     with thread_worker_info():   # held twice: the patch stays until both let go
+        ...         pass
+        ...     torch.utils.data._utils.worker.get_worker_info.__code__ is original
+        False
+        >>> torch.utils.data._utils.worker.get_worker_info.__code__ is original, get_worker_info()
+        (True, None)
+    """
+    _PATCH.acquire()
+    try:
+        yield
+    finally:
+        _PATCH.release()
+
+
+def hold_thread_worker_info_for_process() -> None:
+    """Make ``get_worker_info`` thread-aware for the rest of this process's life: in a worker process
+    whose threads compute items (seqloader's own process, which ends with its loader); idempotent."""
+    _PATCH.hold_for_process()
+
+
+def thread_worker_info_holders() -> int:
+    """How many hold :func:`thread_worker_info` now (for tests: ``0`` once every thread worker ended)."""
+    return _PATCH.holders
+
+
+def _thread_local(what: str) -> threading.local:
+    local = _PATCH.local()
+    if local is None:
+        raise RuntimeError(f"seqloader: {what} needs a thread-aware torch.utils.data.get_worker_info, and none is "
+                           "held; hold one while the thread workers live (with thread_worker_info(): ..., as the "
+                           "thread executor does)")
+    return local
 
 
 # --------------------------------------------------------------------------- worker info and seeds
@@ -61,7 +178,9 @@ def install_worker_info(worker_id: int, num_workers: int, seed: int, dataset: An
 
     Called in a worker process after the global RNGs were seeded as torch seeds them (the
     development branch records those generators in the info's ``rng``). ``thread_local``: for this
-    thread only (a worker process whose threads compute items keeps every info thread-local).
+    thread only (a worker process whose threads compute items keeps every info thread-local); on a
+    torch without a thread-local info it makes ``get_worker_info`` thread-aware for the rest of the
+    process's life (:func:`thread_worker_info`), so it is for seqloader's worker processes only.
 
     Returns:
         The installed ``WorkerInfo``.
@@ -81,8 +200,9 @@ def install_worker_info(worker_id: int, num_workers: int, seed: int, dataset: An
                             torch_generator=torch.default_generator,
                             numpy_generator=np.random.mtrand._rand)
     info = _worker.WorkerInfo(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset, **extra)
-    if thread_local:
-        _thread_local().worker_info = info
+    if thread_local:  # for the rest of the process's life: a worker process is seqloader's own
+        hold_thread_worker_info_for_process()
+        _thread_local("install_worker_info").worker_info = info
     else:
         _worker._worker_info = info
     return info
@@ -91,8 +211,9 @@ def install_worker_info(worker_id: int, num_workers: int, seed: int, dataset: An
 def clear_worker_info() -> None:
     """Forget the installed info (``get_worker_info()`` returns ``None`` again); for tests and docs."""
     _worker._worker_info = None
-    if _LOCAL is not None:
-        _LOCAL.worker_info = None
+    local = _PATCH.local()
+    if local is not None:
+        local.worker_info = None
 
 
 def worker_dataset(default: Any) -> Any:
@@ -122,12 +243,17 @@ def install_thread_worker_info(worker_id: int, num_workers: int, seed: int, data
     Returns:
         The installed ``WorkerInfo``.
 
+    Raises:
+        RuntimeError: no :func:`thread_worker_info` is held (on a torch without a thread-local info).
+
     Example:
         >>> import threading
         >>> def in_a_thread(out):
         ...     install_thread_worker_info(1, 2, seed=11, dataset="ds", rng=thread_generators(11))
         ...     out.append(get_worker_info())
-        >>> got = []; t = threading.Thread(target=in_a_thread, args=(got,)); t.start(); t.join()
+        >>> got = []; t = threading.Thread(target=in_a_thread, args=(got,))
+        >>> with thread_worker_info():   # what the thread executor holds while its threads live
+        ...     t.start(); t.join()
         >>> got[0].id, got[0].worker_method, get_worker_info() is None   # the main thread has none
         (1, 'thread', True)
     """
@@ -137,7 +263,7 @@ def install_thread_worker_info(worker_id: int, num_workers: int, seed: int, data
     if "rng" in _FIELDS:
         extra["rng"] = rng
     info = _worker.WorkerInfo(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset, **extra)
-    _thread_local().worker_info = info
+    _thread_local("install_thread_worker_info").worker_info = info
     return info
 
 
@@ -154,13 +280,14 @@ def worker_info_hidden() -> Iterator[None]:
         True
         >>> clear_worker_info()
     """
-    local = getattr(_LOCAL, "worker_info", None) if _LOCAL is not None else None
-    if local is not None:  # a thread worker: its own info only (the module global is another thread's too)
-        _LOCAL.worker_info = None  # type: ignore[union-attr]
+    local = _PATCH.local()
+    own = getattr(local, "worker_info", None)
+    if local is not None and own is not None:  # a thread worker: its own info only (the global is others' too)
+        local.worker_info = None
         try:
             yield
         finally:
-            _LOCAL.worker_info = local  # type: ignore[union-attr]
+            local.worker_info = own
         return
     saved = _worker._worker_info
     _worker._worker_info = None
