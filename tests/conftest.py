@@ -94,6 +94,11 @@ def sigint_raises():
 @pytest.fixture
 def no_leaks():
     """Fail the test if worker processes or shared-memory segments outlive it."""
+    yield from leak_free()
+
+
+def leak_free():
+    """The body of ``no_leaks`` (a generator: a fixture elsewhere may ``yield from`` it)."""
     before_kids, before_shm = _children(), _shm_segments()
     yield
     # A loader left in a reference cycle shuts its workers down when the collector frees it. The

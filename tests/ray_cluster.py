@@ -34,7 +34,8 @@ __all__ = ["DATA", "cluster_fixture", "leak_check"]
 BOUND = 120.0
 _TESTS = pathlib.Path(__file__).resolve().parent
 #: The repository and the test folders whose modules the tests' items come from.
-TEST_PATHS = [str(_TESTS.parent), str(_TESTS), str(_TESTS / "prefetcher"), str(_TESTS / "loader")]
+TEST_PATHS = [str(_TESTS.parent), str(_TESTS), str(_TESTS / "prefetcher"), str(_TESTS / "loader"),
+              str(_TESTS / "contract")]
 
 
 def cluster_fixture():

@@ -174,7 +174,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             self.check_worker_number_rationality()
         if not self._reading.iterable and self._reading.builtin:
             world.check_seed_is_shared(self._reading.seed_world)
-        return new_iterator(self, self._reading, self._epochs, self._workers, self._stats)
+        return new_iterator(self, self._reading, self._epochs, self._workers, self._stats,
+                            reported_len=getattr(self, "_IterableDataset_len_called", None))
 
     def _get_iterator(self):
         """torch's hook for a new iterator: ours (never torch's single/multi-process iterators)."""
@@ -201,7 +202,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             >>> s = loader.stats(); s["current"]["batches"], 0 <= s["current"]["input_bound"] <= 1
             (2, True)
         """
-        return self._stats.report(self.num_workers, os.cpu_count(), self.persistent_workers)
+        return self._stats.report(self.num_workers, os.cpu_count(), self.persistent_workers, dataset=self.dataset)
 
     def log_stats(self, every_s: Optional[float]) -> None:
         """Log a line on the ``seqloader.stats`` logger (INFO) at most every ``every_s`` seconds

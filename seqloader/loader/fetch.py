@@ -39,7 +39,7 @@ from seqloader.prefetcher.processes.payload import SlotWriter
 from seqloader.sequences import stage_times
 from seqloader.sequences.base import LazySequence
 
-__all__ = ["COLLATE", "COLUMNAR_HINT", "FETCH", "EpochBatches", "SlotCollate"]
+__all__ = ["COLLATE", "COLUMNAR_HINT", "FETCH", "EpochBatches", "SlotCollate", "note_batch_error"]
 
 #: Added to the error of torch's default collate over a batch that came back as one dict.
 COLUMNAR_HINT = ("seqloader: the dataset's __getitems__ returned one dict for the whole batch (a columnar "
@@ -50,6 +50,59 @@ COLUMNAR_HINT = ("seqloader: the dataset's __getitems__ returned one dict for th
 FETCH, COLLATE = "fetch", "collate"
 
 
+def failing_index(exc: BaseException, dataset: Any) -> Optional[Any]:
+    """The index ``dataset.__getitem__`` was called with when it raised ``exc``, read from the
+    traceback (free on the happy path; ``None`` when no frame of that method is in it: a builtin
+    container, ``__getitems__``, or an error outside the item's code).
+
+    Example:
+        >>> class D:
+        ...     def __getitem__(self, i):
+        ...         raise KeyError(i)
+        >>> try:
+        ...     [D()[k] for k in (4, 5)]
+        ... except KeyError as e:
+        ...     failing_index(e, D())
+        4
+    """
+    code = getattr(getattr(type(dataset), "__getitem__", None), "__code__", None)
+    if code is None or code.co_argcount < 2:
+        return None
+    tb, found = exc.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            found = tb.tb_frame.f_locals.get(code.co_varnames[1])  # the innermost call's argument
+        tb = tb.tb_next
+    return found if isinstance(found, int) or (hasattr(found, "__index__") and not isinstance(found, bool)) else None
+
+
+def note_batch_error(exc: BaseException, dataset: Any, indices: Any, batch: int, epoch: int, fetching: bool) -> None:
+    """Add to a batch's error the note that names where it failed: the dataset index whose
+    ``__getitem__`` raised (``fetching`` and found in the traceback), else the batch and its
+    dataset indices. The same words on every executor (the batch is computed the same way).
+
+    Example:
+        >>> e = ValueError("bad"); note_batch_error(e, [], [12, 13], 6, 0, fetching=False); e.__notes__
+        ['seqloader: raised in DataLoader in batch 6 (epoch 0, dataset indices [12, 13])']
+    """
+    if getattr(exc, "_seqloader_annotated", False):
+        return  # an inner stage (an smap of the dataset) named the item already
+    index = failing_index(exc, dataset) if fetching else None
+    if index is not None:
+        note_stage(exc, "DataLoader", int(index), batch=batch, epoch=epoch)
+        return
+    shown = indices if isinstance(indices, int) else _listed(list(indices))
+    add_note(exc, f"seqloader: raised in DataLoader in batch {batch} (epoch {epoch}, dataset indices {shown})")
+    try:
+        setattr(exc, "_seqloader_annotated", True)
+    except AttributeError:  # pragma: no cover - exceptions with __slots__
+        pass
+
+
+def _listed(indices: list, most: int = 16) -> str:
+    return str(indices) if len(indices) <= most else f"[{', '.join(map(str, indices[:most]))}, ... ({len(indices)} in all)]"
+
+
 class SlotCollate(SlotWriter):
     """``default_collate(data)`` written into the worker's slot (see the module docstring).
 
@@ -57,10 +110,12 @@ class SlotCollate(SlotWriter):
     ``then(batch)``, if given, turns the batch into the value to send.
     """
 
-    __slots__ = ("_data", "_index", "_context", "_then")
+    __slots__ = ("_data", "_index", "_context", "_then", "_indices")
 
-    def __init__(self, data: Any, index: int, context: dict, then: Optional[Callable[[Any], Any]] = None):
+    def __init__(self, data: Any, index: int, context: dict, then: Optional[Callable[[Any], Any]] = None,
+                 indices: Any = None):
         self._data, self._index, self._context, self._then = data, index, context, then
+        self._indices = indices  # a map-style batch's dataset indices: its error names them
 
     def write_into_slot(self, reserve: Callable[..., list]) -> Any:
         times = stage_times.current()
@@ -68,7 +123,10 @@ class SlotCollate(SlotWriter):
         try:
             batch = collate_into_slot(self._data, reserve)
         except Exception as exc:
-            note_stage(exc, "DataLoader", self._index, **self._context)
+            if self._indices is None:
+                note_stage(exc, "DataLoader", self._index, **self._context)
+            else:
+                note_batch_error(exc, None, self._indices, self._context["batch"], self._context["epoch"], False)
             raise
         finally:
             if times is not None and token is not None:
@@ -124,15 +182,15 @@ class EpochBatches(LazySequence):
                 data = times.call(FETCH, fetch, self._dataset, indices, self._auto_collation)
             if in_slot and self._auto_collation and is_default_collate(self._collate_fn) and data \
                     and has_arrays(data[0]):
-                out: Any = SlotCollate(data, key, {"batch": b, "epoch": self._epoch})
+                out: Any = SlotCollate(data, key, {"batch": b, "epoch": self._epoch}, indices=indices)
             elif times is None:
                 out = collate_in_plain_memory(self._collate_fn, data)
             else:
                 out = times.call(COLLATE, collate_in_plain_memory, self._collate_fn, data)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: every executor names the item
             if isinstance(data, dict) and self._auto_collation and is_default_collate(self._collate_fn):
                 add_note(exc, COLUMNAR_HINT)
-            note_stage(exc, "DataLoader", key, batch=b, epoch=self._epoch)
+            note_batch_error(exc, self._dataset, indices, b, self._epoch, fetching=data is None)
             raise
         finally:
             if watched is not None:

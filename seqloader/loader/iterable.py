@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional
 
 from seqloader.loader.iterator import LoaderIterator, Opened
 from seqloader.loader.progress import Progress
 from seqloader.loader.stats import LoaderStats
+from seqloader.loader.torch_compat.words import iterable_length_warning
 
 __all__ = ["IterableIterator"]
 
@@ -31,8 +33,11 @@ class IterableIterator(LoaderIterator):
     """
 
     def __init__(self, opened: Opened, progress: Progress, generation: int, stats: LoaderStats,
-                 pin_device: Optional[str], timeout: float, window: int, owner: Any):
+                 pin_device: Optional[str], timeout: float, window: int, owner: Any,
+                 length_check: Optional[tuple[int, Any, int]] = None):
         super().__init__(opened, progress, generation, stats, pin_device, timeout, window, owner)
+        # (len(loader) when it was read, the dataset, num_workers): more batches than that warn, as torch
+        self._length_check, self._yielded = length_check, 0
         streams = progress.iterable
         assert streams is not None  # an iterable loader's progress has streams
         if opened.source is opened.seq:
@@ -60,6 +65,10 @@ class IterableIterator(LoaderIterator):
                 streams.mark_exhausted(out.stream, out.state)
                 continue
             streams.record(out.stream, out.batches, out.state)
+            self._yielded += 1
+            if self._length_check is not None and self._yielded > self._length_check[0]:
+                reported, dataset, num_workers = self._length_check
+                warnings.warn(iterable_length_warning(dataset, reported, self._yielded, num_workers), stacklevel=3)
             return self._pinned(out.batch)
         self._finish()
         progress.end_epoch()

@@ -93,7 +93,12 @@ def infrastructure_error(exc: BaseException, timeout: float, batch: int, seq: An
         what = describe_batch(seq, b) if isinstance(seq, EpochBatches) else f"batch {b} (of stream {exc.worker_id})"
         return poison_error(what=what, worker_id=exc.worker_id, pid=exc.pid, exitcode=exc.exitcode, detail=str(exc))
     if isinstance(exc, WorkerDied):
-        doing = f"while producing {describe_batch(seq, exc.item)}" if exc.item is not None else "while idle"
+        if exc.item is not None:
+            doing = f"while producing {describe_batch(seq, exc.item)}"
+        elif getattr(exc, "suspects", ()):  # several threads of one process: each batch it was computing
+            doing = "while producing one of " + ", ".join(describe_batch(seq, b) for b in exc.suspects)
+        else:
+            doing = "while idle"
         return worker_error(timed_out=False, timeout=timeout, batch=f"batch {batch}", worker_id=exc.worker_id,
                             pid=exc.pid, exitcode=exc.exitcode, doing=doing, detail=str(exc))
     if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):

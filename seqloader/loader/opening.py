@@ -150,10 +150,13 @@ def open_stream_epoch(loader: Settings, derivation: int, progress: Progress, wor
     return _opened(loader, progress, workers, stats, seq, skip, progress.position, streams=True, respawn=respawn)
 
 
-def new_iterator(loader: Settings, reading: Reading, epochs: EpochControl, workers: Workers, stats: LoaderStats) -> Any:
+def new_iterator(loader: Settings, reading: Reading, epochs: EpochControl, workers: Workers, stats: LoaderStats,
+                 reported_len: Optional[int] = None) -> Any:
     """``iter(loader)`` after its checks: the progress begins (a loaded state resumes, or the next
     epoch starts), the epoch opens (workers start), and its iterator is returned; ``loader`` is the
-    iterator's owner (kept alive with it: the loader's finalizer closes persistent workers)."""
+    iterator's owner (kept alive with it: the loader's finalizer closes persistent workers).
+    ``reported_len``: ``len(loader)`` of an ``IterableDataset`` loader, if it was read (torch's
+    ``_IterableDataset_len_called``): yielding more batches than that warns, in torch's words."""
     progress = epochs.progress
     device = pin_device(loader.pin_memory, loader.pin_memory_device)
     generation = progress.begin()
@@ -161,7 +164,9 @@ def new_iterator(loader: Settings, reading: Reading, epochs: EpochControl, worke
     window = read_window(loader.num_workers, loader.prefetch_factor)
     if reading.iterable:
         opened = open_stream_epoch(loader, reading.derivation, progress, workers, stats)
-        it: Any = IterableIterator(opened, progress, generation, stats, device, loader.timeout, window, owner=loader)
+        it: Any = IterableIterator(opened, progress, generation, stats, device, loader.timeout, window, owner=loader,
+                                   length_check=None if reported_len is None else (reported_len, loader.dataset,
+                                                                                   loader.num_workers))
     else:
         epochs.look()
         it = MapIterator(open_map_epoch(loader, reading, progress, workers, stats), progress, generation, stats, device,

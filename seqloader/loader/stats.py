@@ -33,6 +33,7 @@ import time
 import weakref
 from typing import Any, Callable, Optional
 
+from seqloader.loader.executor_hint import executor_hint, machine_busy
 from seqloader.sequences import stage_times
 
 __all__ = ["OTHER", "PIN", "EpochStats", "LoaderStats", "StageAccount"]
@@ -162,19 +163,20 @@ class EpochStats:
         total = self.wait_s + self.work_s
         return self.batches / total if total > 0 else 0.0
 
-    def hint(self, num_workers: int, cores: Optional[int], persistent: bool = False) -> Optional[str]:
+    def hint(self, num_workers: int, cores: Optional[int], persistent: bool = False,
+             dataset: Any = None) -> Optional[str]:
         """One line of suggestions, each only when the numbers support it; else ``None``.
 
         * Input-bound (waiting >= 20% of the time, 10 batches or more): at ``num_workers=0``, how
           many workers the waiting suggests; with workers, more of them only if every worker is
           saturated (busy >= 90% of the wall time) and cores are free.
         * Worker start-up in ``iter()`` >= 20% of the epoch (not with ``persistent``).
-        * Which executor fits, from the workers' CPU time against their busy time (see
-          :meth:`_executor_hint`).
+        * Which executor fits, from the workers' CPU time against their busy time and the machine's
+          load, never threads for a ``dataset`` holding open files (see :meth:`_executor_hint`).
         * With a per-stage account, the slowest stage.
         """
         parts = (self._load_hint(num_workers, cores), self._startup_hint(num_workers, persistent),
-                 self._executor_hint(num_workers), self.account.hint(self.workers, self.wait_s + self.work_s,
+                 self._executor_hint(num_workers, dataset), self.account.hint(self.workers, self.wait_s + self.work_s,
                                                                        self.batches))
         return "; ".join(p for p in parts if p) or None
 
@@ -203,29 +205,13 @@ class EpochStats:
         return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data and all "
                 f"{num_workers} workers busy; try num_workers={want}")
 
-    def _executor_hint(self, num_workers: int) -> Optional[str]:
-        """Threads or processes (10 batches or more, the loop waiting >= 20% of the time).
-
-        Worker processes whose threads are on the CPU less than half of their busy time wait (on
-        I/O, on a remote read): thread workers, or threads inside the processes, overlap those
-        waits for less memory. Thread workers that together use about one core (>= 0.7 of the
-        wall time) while more than one of them is busy take turns on the GIL: Python-heavy items
-        scale with worker processes.
-        """
+    def _executor_hint(self, num_workers: int, dataset: Any = None) -> Optional[str]:
+        """Threads or processes (10 batches or more, the loop waiting >= 20% of the time), measured
+        before advised: :func:`~seqloader.loader.executor_hint.executor_hint`."""
         wall = self.wait_s + self.work_s
         if self.batches < 10 or wall <= 0 or self.input_bound < 0.2 or num_workers == 0 or not self.workers:
             return None
-        busy = sum(w["busy_s"] for w in self.workers)
-        cpu = sum(w.get("cpu_s", 0.0) for w in self.workers)
-        if busy <= 0:
-            return None
-        if self.executor == "process" and cpu < 0.5 * busy:
-            return (f"workers: on the CPU {cpu / busy:.0%} of their busy time (they wait on I/O): "
-                    "worker_method='thread', or threads_per_worker=4, overlaps the waits for less memory")
-        if self.executor == "thread" and num_workers > 1 and cpu >= 0.7 * wall and busy >= 1.5 * wall:
-            return (f"workers: {num_workers} threads busy but {cpu / wall:.1f} core(s) of CPU between them "
-                    "(they take turns on the GIL: Python-heavy items): worker_method='multiprocessing'")
-        return None
+        return executor_hint(self.executor, num_workers, self.workers, wall, dataset, machine_busy())
 
     def _startup_hint(self, num_workers: int, persistent: bool) -> Optional[str]:
         wall = self.startup_s + self.wait_s + self.work_s
@@ -335,7 +321,8 @@ class LoaderStats:
         if now["stages"]:
             cur.account.seconds = {k: v - base["stages"].get(k, 0.0) for k, v in now["stages"].items()}
 
-    def report(self, num_workers: int, cores: Optional[int], persistent: bool = False) -> dict[str, Any]:
+    def report(self, num_workers: int, cores: Optional[int], persistent: bool = False,
+               dataset: Any = None) -> dict[str, Any]:
         """``DataLoader.stats()``: the current and last epoch, resumes, and a hint (or ``None``).
 
         Returns:
@@ -346,14 +333,14 @@ class LoaderStats:
             (time in ``iter()``), ``stages`` (the per-stage account, with ``profile_stages``) and,
             with workers, ``workers`` (per worker ``busy_s`` and ``items``), ``ready_mean``
             (batches already computed when one was read) and ``shm_bytes``. ``hint``: see
-            :meth:`EpochStats.hint`.
+            :meth:`EpochStats.hint` (``dataset``: checked for open files before threads are advised).
         """
         self.refresh()
         cur = self.current
         return {"current": None if cur is None else cur.as_dict(),
                 "last": None if self.last is None else self.last.as_dict(),
                 "resumes": self.resumes,
-                "hint": None if cur is None else cur.hint(num_workers, cores, persistent)}
+                "hint": None if cur is None else cur.hint(num_workers, cores, persistent, dataset)}
 
     def reading(self, epoch: int) -> None:
         """The current iterator reads ``epoch`` after all (a ``set_epoch`` between ``iter()`` and its

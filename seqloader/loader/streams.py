@@ -18,6 +18,13 @@ States are taken in the worker right after the batch they belong to, once per ba
 datasets or iterators that have ``state_dict`` (others cost nothing). A stream without any state is
 resumed by replaying its batches (a logged warning says so). Global RNGs are seeded before each
 batch from ``(seed, epoch, i)``, so random draws in ``__iter__`` resume exactly too.
+
+Several threads of one process may be asked for batches of the same stream at once
+(``threads_per_worker``: the process's threads compute its batches ``w, w + n, w + 2n, ...``).
+A stream is read by one thread at a time, in its order: batch ``i`` waits for its turn (stream
+``w``'s lock and condition, :meth:`StreamBatches._turn`) until batch ``i - n`` has been taken and
+its state captured, so the batches and states are those of one worker process reading alone.
+Streams of different workers (thread workers) are read in parallel.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import copy
 import dataclasses
 import functools
 import sys
+import threading
 from typing import Any, Callable, Iterator, Optional, cast
 
 from seqloader.errors import annotate
@@ -39,6 +47,9 @@ from seqloader.sequences.base import LazySequence
 __all__ = ["StreamBatches", "StreamItem"]
 
 _END = object()  # a private end marker: never a dataset item
+_TURNS_LOCK = threading.Lock()  # creates the per-stream turns of a StreamBatches (StreamBatches._turn)
+#: Seconds of waiting, while no thread reads a stream, for an earlier batch of it that never comes.
+TURN_WAIT = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +70,10 @@ class _Stream:
     def __init__(self, it: Iterator[Any], batches: int, next_index: int, ended: bool, state: Any, ds: Any):
         self.it, self.batches, self.next_index, self.ended, self.state = it, batches, next_index, ended, state
         self.ds = ds
+
+
+def _with_batch(item: StreamItem, batch: Any) -> StreamItem:
+    return dataclasses.replace(item, batch=batch)
 
 
 class StreamBatches(LazySequence):
@@ -96,9 +111,18 @@ class StreamBatches(LazySequence):
         self._batch_size, self._drop_last, self._collate_fn = batch_size, drop_last, collate_fn
         self._seed, self._epoch, self._derivation = seed, epoch, derivation
         self._live: dict[int, _Stream] = {}
+        self._turns: dict[int, threading.Condition] = {}
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_live": {}}  # live iterators stay in their process
+        return {**self.__dict__, "_live": {}, "_turns": {}}  # live iterators and locks stay in their process
+
+    def _turn(self, w: int) -> threading.Condition:
+        """Stream ``w``'s lock: held while one of its batches is read (see the module docstring)."""
+        turn = self._turns.get(w)
+        if turn is None:
+            with _TURNS_LOCK:
+                turn = self._turns.setdefault(w, threading.Condition(threading.Lock()))
+        return turn
 
     def __len__(self) -> int:
         return sys.maxsize
@@ -144,7 +168,19 @@ class StreamBatches(LazySequence):
 
     def _batch(self, i: int, in_slot: bool) -> Any:
         w = i % self._streams
-        stream = self.stream(w)
+        turn = self._turn(w)
+        with turn:
+            stream = self.stream(w)
+            waited = 0.0
+            while not stream.ended and stream.next_index < i and waited < TURN_WAIT:
+                turn.wait(1.0)  # another thread of this process reads an earlier batch of the stream
+                waited += 1.0
+            try:
+                return self._batch_in_turn(stream, w, i, in_slot)
+            finally:
+                turn.notify_all()
+
+    def _batch_in_turn(self, stream: _Stream, w: int, i: int, in_slot: bool) -> Any:
         if stream.ended:
             return StreamItem(w, None, stream.batches, stream.state, True)
         if i != stream.next_index:
@@ -167,9 +203,9 @@ class StreamBatches(LazySequence):
                 stream.ended, stream.state = True, self._end_state(stream)
                 return StreamItem(w, None, stream.batches, stream.state, True)
             if in_slot and self._batch_size is not None and is_default_collate(self._collate_fn) and \
-                    has_arrays(items[0]):
-                return SlotCollate(items, i, {"batch": i, "epoch": self._epoch},
-                                   functools.partial(self._yielded, stream, w))
+                    has_arrays(items[0]):  # counted and its state taken now, in the stream's turn
+                done = self._yielded(stream, w, None)
+                return SlotCollate(items, i, {"batch": i, "epoch": self._epoch}, functools.partial(_with_batch, done))
             batch = self._collate(items) if times is None else times.call(COLLATE, self._collate, items)
         return self._yielded(stream, w, batch)
 

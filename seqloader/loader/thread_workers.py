@@ -38,7 +38,7 @@ from typing import Any, Callable, ContextManager, Optional
 
 import torch
 
-from seqloader.loader.global_rngs import numpy_state, reseeds
+from seqloader.loader.global_rngs import Snapshot, numpy_state, reseeded, reseeding, reseeds
 from seqloader.loader.torch_compat import (hold_thread_worker_info_for_process, install_thread_worker_info,
                                            install_worker_info, thread_generators, thread_worker_info)
 from seqloader.rng import derive_seed
@@ -95,6 +95,13 @@ class GlobalDrawProbe:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._warned = False
+        self._init_warned = False  # worker_init_fn changed the globals (ThreadWorkerSetup): warned once
+
+    def first_init_warning(self) -> bool:
+        """Whether this is the first time the worker_init_fn warning is due (then it is given)."""
+        with self._lock:
+            first, self._init_warned = not self._init_warned, True
+            return first
 
     def __reduce__(self) -> tuple:
         return GlobalDrawProbe, ()  # a copy (a copied loader, a worker process) watches afresh
@@ -125,9 +132,9 @@ class GlobalDrawProbe:
         warnings.warn(
             f"seqloader.DataLoader: {what()} drew from the global {names} generator(s) in a thread worker; "
             "threads share those generators (with each other and the training loop), so these draws are not "
-            "reproducible and a resume will not repeat them. Draw from seqloader.rng_map(...), "
-            "torch.thread_safe_generator() or torch.utils.data.get_worker_info().rng (seeded per batch, the same "
-            "under every worker_method), or use worker_method='multiprocessing' with threads_per_worker=1",
+            "reproducible and a resume will not repeat them. Draw from seqloader.rng_map(...) or "
+            "torch.thread_safe_generator() instead (seeded per batch: the same numbers under every executor, "
+            "num_workers=0 included), or use worker_method='multiprocessing' with threads_per_worker=1",
             RuntimeWarning, stacklevel=2)
 
 
@@ -213,7 +220,45 @@ class ThreadWorkerSetup:
         if self.stages:
             stage_times.enable()
         if thread is None and self.user_fn is not None:
-            self.user_fn(worker_id)
+            self._run_user_fn(worker_id)
+
+    def _run_user_fn(self, worker_id: int) -> None:
+        """``worker_init_fn(worker_id)`` in a thread worker, leaving the training process's global
+        generators as they were: torch's idiom ``np.random.seed(worker_id)`` seeds a worker
+        *process*'s own globals, but here they are the training loop's. Their states are taken
+        before and put back after (bracketed as seqloader's own setting, so the probe does not
+        blame it); a change is warned about once per loader, since it has no effect on items."""
+        user_fn = self.user_fn
+        assert user_fn is not None  # (the caller checked)
+        reseeding()
+        try:
+            snapshot, before = Snapshot(), _global_states()
+            try:
+                user_fn(worker_id)
+            finally:
+                changed = _global_states() != before
+                snapshot.restore()
+        finally:
+            reseeded()
+        if changed and self.probe is not None and self.probe.first_init_warning():
+            warnings.warn(
+                "seqloader.DataLoader(worker_method='thread'): worker_init_fn changed the global random, "
+                "numpy.random or torch generator; thread workers share those with the training loop, so "
+                "seqloader put them back as they were and the change has no effect on items. Seed per worker "
+                "from torch.utils.data.get_worker_info().seed, or draw in items from torch.thread_safe_generator() "
+                "(the same under every executor)", RuntimeWarning, stacklevel=2)
+
+    def thread_ended(self, worker_id: int) -> None:
+        """Undo, in a thread worker that ends, what its set-up switched on in this thread (stage
+        timing: the count of collecting threads is process-wide)."""
+        if self.stages:
+            stage_times.disable()
+        use_thread_rngs(None)
+
+
+def _global_states() -> tuple:
+    """The three global generators' states, for comparing (not restoring)."""
+    return random.getstate(), numpy_state(), bytes(torch.default_generator.get_state().numpy())
 
 
 def process_info_for_threads(worker_id: int, num_workers: int, seed: int, dataset: Any) -> None:

@@ -163,7 +163,10 @@ class ListedOrder:
     """The indices a custom sampler yielded this epoch (an int64 array when they are all ints)."""
 
     def __init__(self, indices: Indices):
-        arr = np.asarray(indices) if indices else np.zeros(0, dtype=np.int64)
+        try:
+            arr = np.asarray(indices) if indices else np.zeros(0, dtype=np.int64)
+        except ValueError:  # ragged lists of indices (a bulk sampler under batch_size=None): kept as they are
+            arr = np.zeros((0, 0))
         self.items = arr if arr.ndim == 1 and arr.dtype.kind in "iu" else list(indices)
         self.n = len(indices)
 

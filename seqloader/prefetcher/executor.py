@@ -145,6 +145,10 @@ class Executor(Protocol):
     def pid(self, worker: int) -> Optional[int]:
         """The process id of ``worker``, if it is a process."""
 
+    # Optional: ``running(worker) -> list[(gen, index)] | None``, the jobs a worker computing several
+    # at once was computing (after its death: when it died); without it, or when it returns
+    # ``None``, a worker computes its jobs one at a time in the order sent (Inbox.death).
+
     def counters(self) -> dict:
         """Executor-specific counters (e.g. ``{"shm_bytes": n}``)."""
 

@@ -30,13 +30,15 @@ class WorkerDied(RuntimeError):
         item: the item it was producing, or ``None`` if it was idle or setting up.
         poison: ``item`` killed two workers (the original and its replacement, see
             :mod:`seqloader.prefetcher.healing`): it is not computed again.
+        suspects: the items a worker running several threads was computing when it died, when
+            there were several (``item`` is then ``None``: which one ended it cannot be told).
     """
 
     def __init__(self, message: str, *, worker_id: int, pid: int | None, exitcode: int | None,
-                 item: int | None, poison: bool = False):
+                 item: int | None, poison: bool = False, suspects: tuple = ()):
         super().__init__(message)
         self.worker_id, self.pid, self.exitcode, self.item = worker_id, pid, exitcode, item
-        self.poison = poison
+        self.poison, self.suspects = poison, suspects
 
 
 class ItemTimeout(RuntimeError):

@@ -76,6 +76,7 @@ class Healer:
     def heal(self, inbox: Inbox, m: Member, reading: Optional[int]) -> None:
         """Replace the dead worker ``m`` and resubmit what it owed, or raise (closing everything)."""
         how, item = inbox.death(m, reading)
+        several = inbox.suspects(m) if item is None else []
         if not m.set_up and m.replaces_starting:
             inbox.fail_dead(m, reading, "; not replaced again: it replaced a worker that also died "
                                         "before its set-up finished")
@@ -88,13 +89,13 @@ class Healer:
                                         "this sequence (restarts=) are used")
         killer = f"{inbox.executor.who(m.worker_id)} {inbox.executor.death(m.worker_id)[0]}"
         try:
-            self._replace(inbox, m, reading, how, item, killer)
+            self._replace(inbox, m, reading, how, item, killer, several)
         except BaseException:  # a half-done replacement (Ctrl-C, an error) must not be read from
             inbox.abandon(f"replacing worker {m.worker_id} failed")
             raise
 
     def _replace(self, inbox: Inbox, m: Member, reading: Optional[int], how: str, item: Optional[int],
-                 killer: str) -> None:
+                 killer: str, several: list) -> None:
         owed = inbox.take_owed(m)
         seq = self.seq
         if self.respawn is not None:
@@ -108,6 +109,8 @@ class Healer:
         self.used += 1
         if item is not None:
             self._killed[item] = killer
+        for i in several:  # computed at once when it died: each is recomputed alone (the executor's part)
+            self._killed.setdefault(i, f"{killer}, while computing it and {len(several) - 1} other item(s) at once")
         redo = ", ".join(map(str, owed)) or "none"
         _log.warning("%s: %s; replaced by %s, restart %d of at most %d for this sequence "
                      "(%s); items computed again: %s", inbox.label, how, inbox.executor.who(new.worker_id),

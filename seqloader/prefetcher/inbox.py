@@ -187,6 +187,8 @@ class Inbox:
             raise
         if ok:
             return out
+        if not isinstance(out, Exception):  # SystemExit, KeyboardInterrupt, GeneratorExit from the item
+            out = item_exit_error(out, self.item_name(i), self.executor.who(m.worker_id))
         _mark(out, i, f"seqloader: raised while computing item {i} of {self.label} in "
                       f"{self.executor.who(m.worker_id)}")
         raise out
@@ -201,13 +203,32 @@ class Inbox:
                            seconds=seconds, item=item, worker_id=w,
                            pid=None if w is None else self.executor.pid(w))
 
+    def suspects(self, m: Member) -> list[int]:
+        """The items of the current generation the dead worker ``m`` was computing when it died,
+        when its executor knows (several threads per worker process: every job begun and not
+        answered); empty otherwise (then :meth:`Member.first_pending` is the item)."""
+        running = getattr(self.executor, "running", None)
+        jobs = running(m.worker_id) if running is not None and m.set_up else None
+        return [] if jobs is None else [i for g, i in jobs if g == self.gen]
+
     def death(self, m: Member, reading: int | None) -> tuple[str, Optional[int]]:
         """How worker ``m`` died, for messages, and the item it was producing (``None``: it was
-        idle or had not finished its set-up)."""
+        idle, had not finished its set-up, or was computing several items: :meth:`suspects`)."""
         how, _ = self.executor.death(m.worker_id)
-        item = m.first_pending() if m.set_up else None
+        running = getattr(self.executor, "running", None)
+        jobs = running(m.worker_id) if running is not None and m.set_up else None
+        several: list[int] = []
+        if jobs is None:
+            item = m.first_pending() if m.set_up else None
+        else:
+            several = self.suspects(m)
+            item = several[0] if len(several) == 1 else None
         if not m.set_up:
             what = "while starting (before its set-up and worker_init_fn finished)"
+        elif len(several) > 1:
+            what = (f"while its threads were producing {', '.join(self.item_name(i) for i in several)}: one of "
+                    "them (or something else in the process) ended it, and which one cannot be told; with "
+                    "restarts each is computed again alone, which names the one")
         elif item is not None:
             what = f"while producing {self.item_name(item)}"
         else:
@@ -221,8 +242,10 @@ class Inbox:
         msg, item = self.death(m, reading)
         msg += why_not
         w = m.worker_id
+        several = self.suspects(m) if item is None else []
         exc = WorkerDied(f"{self.label}: {msg}", worker_id=w, pid=self.executor.pid(w),
-                         exitcode=self.executor.death(w)[1], item=item, poison=poison)
+                         exitcode=self.executor.death(w)[1], item=item, poison=poison,
+                         suspects=tuple(several) if len(several) > 1 else ())
         exc.__cause__ = cause
         self.fail(msg, exc)
 
@@ -255,6 +278,25 @@ class Inbox:
         for j in owed:
             self.roster.submit(new, self.gen, j)
         return new
+
+
+def item_exit_error(exc: BaseException, item: str, who: str) -> RuntimeError:
+    """The error an item's ``SystemExit``, ``KeyboardInterrupt`` or ``GeneratorExit`` becomes, the
+    same on every executor: it must end neither a worker process nor the training process (a
+    thread worker runs there). The original is its ``__cause__``, and its notes are copied.
+
+    Example:
+        >>> str(item_exit_error(SystemExit(3), "batch 14", "worker 0 (pid 42)")).split(";")[0]
+        'seqloader: an item raised SystemExit(3) in batch 14, in worker 0 (pid 42)'
+    """
+    args = ", ".join(map(repr, exc.args))
+    err = RuntimeError(f"seqloader: an item raised {type(exc).__name__}({args}) in {item}, in {who}; it is "
+                       f"reported as this error on every executor (a {type(exc).__name__} in an item must not "
+                       "end a worker or the training process); raise an Exception to fail an item")
+    err.__cause__ = exc
+    for note in getattr(exc, "__notes__", ()):  # where it was raised (a stage's note naming the item)
+        add_note(err, note)
+    return err
 
 
 def _mark(exc: BaseException, i: int, note: str) -> None:

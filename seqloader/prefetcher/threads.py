@@ -38,6 +38,14 @@ NOTE [ thread executor: shutdown ]
    no thread alive: ``close`` or ``stop_nowait`` when every thread has ended already, else the
    last thread as it ends (after ``close`` has joined them, or within :data:`CHECK_INTERVAL` of a
    ``stop_nowait``; a thread inside a long item keeps it until that item is done).
+6. What a worker's set-up switched on in its own thread is switched off there as it ends: a
+   ``worker_init_fn`` with a ``thread_ended(worker_id)`` method (the loader's: stage timing, whose
+   count of collecting threads is process-wide) has it called last in each worker thread,
+   ``worker_init_fn`` failed or not.
+7. An item's ``BaseException`` that is not an ``Exception`` (``SystemExit``, ``KeyboardInterrupt``,
+   ``GeneratorExit``) is its outcome like any error; the reader reports it as a ``RuntimeError``
+   naming the item (:func:`seqloader.prefetcher.inbox.item_exit_error`), as for worker processes,
+   so it never ends the training process.
 """
 
 from __future__ import annotations
@@ -181,7 +189,12 @@ class ThreadExecutor:
         try:
             self._work(w)
         finally:
-            self._ended()
+            try:
+                ended = getattr(self._init, "thread_ended", None)
+                if ended is not None:  # the NOTE above, 6
+                    ended(w)
+            finally:
+                self._ended()
 
     def _ended(self) -> None:
         """A thread ended (or failed to start): the last one of a stopped executor lets go of the hold."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import re
+import warnings
 
 import numpy as np
 import pytest
@@ -178,7 +180,7 @@ def test_dataset_errors_keep_their_type_and_gain_a_note(num_workers, persistent)
                         persistent_workers=persistent)
     with pytest.raises(KeyError, match="no item 5") as err:
         list(loader)
-    assert any("seqloader: raised in DataLoader at item 4" in n for n in err.value.__notes__)
+    assert "seqloader: raised in DataLoader at item 5 (batch 2, epoch 0)" in err.value.__notes__
     # the loader is still usable: the next epoch fails at the same place, after the same batches
     it = iter(loader)
     assert [b.tolist() for b in itertools.islice(it, 2)] == [[0, 1], [2, 3]]
@@ -213,3 +215,53 @@ def test_torchs_iterator_hook_returns_ours():
     it = loader._get_iterator()
     assert [b.tolist() for b in it] == [[0, 1], [2, 3]]
     assert loader.state_dict()["epoch"] == 1
+
+
+class _Bulk(Dataset):
+    """``__getitem__`` takes a list of indices (bulk loading under ``batch_size=None``)."""
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        return torch.tensor(i) * 10
+
+
+class _ListsSampler(torch.utils.data.Sampler):
+    def __iter__(self):
+        return iter([[0, 1, 2], [3, 4], [5]])  # lists of different lengths
+
+    def __len__(self):
+        return 3
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_sampler_of_index_lists_with_batch_size_none_reads_in_bulk_as_torch(num_workers):
+    kw = dict(batch_size=None, sampler=_ListsSampler(), num_workers=num_workers)
+    want = list(torch.utils.data.DataLoader(_Bulk(), **kw))
+    got = list(DataLoader(_Bulk(), seed=0, **kw))
+    assert [b.tolist() for b in got] == [b.tolist() for b in want] == [[0, 10, 20], [30, 40], [50]]
+
+
+class _LongerThanItSays(torch.utils.data.IterableDataset):
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        return iter(range(5))
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_an_iterable_dataset_longer_than_its_len_warns_in_torchs_words(num_workers):
+    def messages(loader_type):
+        loader = loader_type(_LongerThanItSays(), batch_size=None, num_workers=num_workers)
+        assert len(loader) == 3
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = [int(b) for b in loader]
+        assert out == [0, 1, 2, 3, 4]
+        return [re.sub(r"object at 0x[0-9a-f]+", "object", str(w.message)) for w in caught
+                if "Length of IterableDataset" in str(w.message)]
+
+    want = messages(torch.utils.data.DataLoader)
+    assert len(want) == 2 and messages(DataLoader) == want

@@ -1,7 +1,7 @@
 """Ray workers (``DataLoader(worker_method="ray" | RayWorkers(...))``) on a real cluster of this
 machine (``tests/ray_cluster.py``, one cluster for the module): the same batches and states as
-worker processes and threads (in order, out of order, and an ``IterableDataset``'s streams), a
-state saved under one resuming under another, a node lost
+worker processes and threads (in order, out of order, and an ``IterableDataset``'s streams; what
+every executor promises is in ``tests/contract/test_executors.py``), a node lost
 mid-epoch (SIGKILLed while one of its actors computes a marked batch; the test waits on the
 marker) with a node added, and two gloo ranks sharing the cluster. Batches are compared with
 ``torch.equal`` against uninterrupted runs; nothing asserts timing.
@@ -59,23 +59,6 @@ def test_batches_seeds_worker_info_and_worker_init_fn_are_those_of_worker_proces
     assert {int(b[0, 2]) for b in on_ray[0]} == {100, 201}  # worker w: w + offset_init's 100 * (w + 1)
     s = ray_loader.stats()["current"]
     assert s["batches"] == N // 4 and s["shm_bytes"] > 0 and len(s["workers"]) == 2
-
-
-@pytest.mark.parametrize("saved_with, resumed_with", [("ray", "thread"), ("multiprocessing", "ray")])
-def test_a_state_saved_under_one_executor_resumes_under_the_other(cluster, saved_with, resumed_with):
-    def make(method):
-        kw = {} if method is None else dict(num_workers=2, worker_method=method)
-        return seqloader.DataLoader(SafeDraws(N), batch_size=4, shuffle=True, seed=3, **kw)
-
-    want = list(make(None))
-    saving = make(saved_with)
-    it = iter(saving)
-    head = [next(it) for _ in range(5)]
-    state = json.loads(json.dumps(saving.state_dict()))
-    del it
-    resumed = make(resumed_with)
-    resumed.load_state_dict(state)
-    assert_batches_equal(head + list(resumed), want)
 
 
 def test_out_of_order_batches_and_their_state_are_those_of_worker_processes(cluster):
@@ -165,8 +148,7 @@ def test_two_gloo_ranks_share_the_cluster_and_keep_their_shards(cluster, tmp_pat
 
 
 def test_ray_arguments_are_checked(cluster):
-    with pytest.raises(ValueError, match="threads_per_worker applies to worker processes only \\(got 2 with worker_method='ray'\\)"):
-        seqloader.DataLoader(range(4), num_workers=2, worker_method="ray", threads_per_worker=2)
+    # (arguments for worker processes only: tests/contract/test_executors.py, for every executor)
     with pytest.raises(ValueError, match="worker_method='ray' needs num_workers > 0"):
         seqloader.DataLoader(range(4), worker_method=RayWorkers())
     with pytest.raises(TypeError, match="RayWorkers: resources must be a dict"):

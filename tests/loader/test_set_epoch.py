@@ -195,3 +195,23 @@ def test_the_loaders_set_epoch_also_tells_a_custom_sampler(distributed_reference
     fresh.set_epoch(2)
     assert sampler.epoch == 2
     assert_batches_equal(list(fresh), distributed_reference[2])
+
+
+def test_manual_seed_before_iter_does_not_repeat_an_epoch_but_set_epoch_does():
+    """The departure of docs/migrating.md: torch's idiom (``torch.manual_seed`` before each pass)
+    repeats torch's order; seqloader's order is ``(seed, epoch)``, and ``set_epoch(0)`` repeats it."""
+    data = list(range(32))
+    torch.manual_seed(123)
+    theirs = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+    torch.manual_seed(7)
+    first_torch = [b.tolist() for b in theirs]
+    torch.manual_seed(7)
+    assert [b.tolist() for b in theirs] == first_torch  # torch: the same order again
+
+    ours = DataLoader(data, batch_size=8, shuffle=True)
+    torch.manual_seed(7)
+    first = [b.tolist() for b in ours]
+    torch.manual_seed(7)
+    assert [b.tolist() for b in ours] != first  # the next epoch, whatever the global generator says
+    ours.set_epoch(0)
+    assert [b.tolist() for b in ours] == first

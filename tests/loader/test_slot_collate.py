@@ -286,7 +286,7 @@ def test_only_default_collate_in_a_worker_takes_the_slot_path(monkeypatch):
     kwargs = dict(batch_size=4, seed=0, num_workers=2, multiprocessing_context="fork")
     with pytest.raises(Placed, match="the slot path was taken") as info:
         batches(DataLoader(Samples(8), **kwargs))
-    assert "seqloader: raised in DataLoader at item 0 (batch 0, epoch 0)" in info.value.__notes__
+    assert "seqloader: raised in DataLoader in batch 0 (epoch 0, dataset indices [0, 1, 2, 3])" in info.value.__notes__
     with pytest.raises(Placed):
         batches(DataLoader(Stream(), **kwargs))
     custom = batches(DataLoader(Samples(8), collate_fn=lambda b: default_collate(b), **kwargs))

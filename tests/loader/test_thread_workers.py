@@ -2,7 +2,9 @@
 (``threads_per_worker``): the same batches and the same state as worker processes.
 
 Every seeded pipeline is run on every executor and compared batch by batch (``torch.equal``) with
-the main process's run; a state saved under one executor resumes under another. Then what a user
+the main process's run; a state saved under one executor resumes under another. (What every
+executor promises, Ray included, is stated once in ``tests/contract/test_executors.py``; this file
+keeps what is particular to threads.) Then what a user
 relies on besides the batches: errors, timeouts, ``worker_init_fn`` and ``get_worker_info()``,
 stats, the global-RNG guard, clean exits, and a stress run with a tiny switch interval.
 """
@@ -104,13 +106,6 @@ def test_every_executor_gives_the_main_process_batches(name):
 
 def as_keys(batches):
     return sorted(json.dumps(b.tolist()) for b in batches)
-
-
-@pytest.mark.parametrize("executor", ["process-2", "thread-2", "thread-4", "process-threads"])
-def test_out_of_order_reads_yield_the_same_batches_once_each(executor):
-    want = list(recipe("shuffle + rng_map", EXECUTORS["main"]))
-    got = list(recipe("shuffle + rng_map", dict(EXECUTORS[executor], in_order=False)))
-    assert as_keys(got) == as_keys(want)
 
 
 def saved_after(loader, k):
@@ -325,21 +320,6 @@ def threads_named(prefix, before=frozenset()):
     return [t for t in threading.enumerate() if t.name.startswith(prefix) and t not in before]
 
 
-@pytest.mark.parametrize("how", ["break", "del", "end"])
-def test_no_thread_outlives_the_iterator(how):
-    from forking import wait_until
-
-    before = frozenset(threading.enumerate())
-    loader = seqloader.DataLoader(list(range(40)), batch_size=2, num_workers=3, worker_method="thread")
-    it = iter(loader)
-    next(it)
-    assert len(threads_named("seqloader-worker-", before)) == 3
-    if how == "end":
-        list(it)
-    del it
-    assert wait_until(lambda: not threads_named("seqloader-worker-", before))
-
-
 def test_persistent_thread_workers_stay_across_epochs_and_stop_with_the_loader():
     from forking import wait_until
 
@@ -392,9 +372,10 @@ def epoch_stats(executor, busy, cpu, wait_s=8.0, work_s=2.0, n=2):
     return EpochStats(epoch=0, batches=20, wait_s=wait_s, work_s=work_s, workers=workers, executor=executor)
 
 
-def test_the_hint_says_which_executor_fits():
+def test_the_hint_says_which_executor_fits(monkeypatch):
+    monkeypatch.setattr("seqloader.loader.stats.machine_busy", lambda: None)  # a machine with cores to spare
     waiting = epoch_stats("process", busy=18.0, cpu=2.0).hint(2, 8)
-    assert "on the CPU 11% of their busy time (they wait on I/O): worker_method='thread'" in waiting
+    assert "on the CPU 11% of their busy time (they wait on I/O, with cores to spare): worker_method='thread'" in waiting
     turns = epoch_stats("thread", busy=19.0, cpu=9.5, n=4).hint(4, 8)
     assert "4 threads busy but 0.9 core(s) of CPU between them" in turns and "'multiprocessing'" in turns
     for quiet in (epoch_stats("thread", busy=19.0, cpu=1.0, n=4),  # threads waiting on I/O: threads fit

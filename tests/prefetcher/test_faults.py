@@ -12,6 +12,7 @@ import functools
 import gc
 import multiprocessing
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import time
 
 import psutil
 import pytest
+import torch.utils.data
 
 import seqloader as sl
 from seqloader import prefetch
@@ -311,10 +313,17 @@ def test_held_results_outlive_the_prefetch_without_leaking_segments():
     assert [int(k[0]) for k in kept] == list(range(8))
 
 
-def test_spawn_with_an_unpicklable_worker_init_fn_is_a_type_error():
-    p = prefetch(range(3), 1, multiprocessing_context="spawn", worker_init_fn=lambda w: None)
-    with pytest.raises(TypeError, match=r"cannot start worker 0 with the 'spawn' start method"):
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_an_unpicklable_worker_init_fn_raises_pickles_error_with_a_note(method):
+    """torch raises pickle's own error (here ``AttributeError: Can't pickle local object``); so
+    does seqloader, with a note."""
+    fn = lambda w: None  # noqa: E731
+    with pytest.raises((pickle.PicklingError, AttributeError)) as by_torch:
+        list(torch.utils.data.DataLoader(range(3), num_workers=1, multiprocessing_context=method, worker_init_fn=fn))
+    p = prefetch(range(3), 1, multiprocessing_context=method, worker_init_fn=fn)
+    with pytest.raises(type(by_torch.value), match="Can't pickle") as info:
         p[0]
+    assert any(f"cannot start worker 0 with the '{method}' start method" in n for n in info.value.__notes__)
     assert p.closed
 
 

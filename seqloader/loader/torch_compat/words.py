@@ -98,3 +98,20 @@ def open_files_error(exc: OSError) -> RuntimeError:
         "using `ulimit -n` in the shell, or keep copies (`batch.clone()`) instead of the batches; "
         "torch's `torch.multiprocessing.set_sharing_strategy('file_system')` does not apply to "
         f"seqloader's slots ({exc})")
+
+
+def iterable_length_warning(dataset: Any, reported: int, fetched: int, num_workers: int) -> str:
+    """torch's warning when an ``IterableDataset`` yields more than ``len(loader)`` said (its
+    ``__len__`` when ``len(dataloader)`` was read), word for word: code filters on it.
+
+    Example:
+        >>> iterable_length_warning("ds", 3, 4, 0)
+        'Length of IterableDataset ds was reported to be 3(when accessing len(dataloader)), but 4 samples have been fetched. '
+    """
+    message = (f"Length of IterableDataset {dataset} was reported to be {reported}(when accessing "
+               f"len(dataloader)), but {fetched} samples have been fetched. ")
+    if num_workers > 0:
+        message += ("For multiprocessing data-loading, this could be caused by not properly configuring the "
+                    "IterableDataset replica at each worker. Please see "
+                    "https://pytorch.org/docs/stable/data.html#torch.utils.data.IterableDataset for examples.")
+    return message

@@ -30,6 +30,22 @@ def _thread_aware_get_worker_info() -> Any:  # pragma: no cover - runs as torch'
     return info if info is not None else _worker_info  # type: ignore[name-defined]  # noqa: F821
 
 
+def _thread_aware_initial_seed() -> int:  # pragma: no cover - runs as torch.random.initial_seed
+    # The seed of the calling thread worker's own torch generator (seeded per batch with the seed a
+    # process worker gives torch's default generator), else of the default generator. Its names
+    # are looked up in torch.random, whose function takes this code.
+    import sys as _sys
+    info = _sys.modules["torch.utils.data._utils.worker"].get_worker_info()
+    own = getattr(getattr(info, "rng", None), "torch_generator", None) if info is not None else None
+    return (own if own is not None else default_generator).initial_seed()  # type: ignore[name-defined]  # noqa: F821
+
+
+#: Whether thread workers make ``torch.initial_seed()`` answer from the calling thread worker's
+#: own generator while they live (see the package docstring). ``False``: the plain route, where
+#: ``torch.initial_seed()`` in a thread worker is the training process's seed.
+THREAD_INITIAL_SEED = True
+
+
 class _ThreadAwarePatch:
     """``module.get_worker_info`` made thread-aware while held (the package docstring says why).
 
@@ -63,7 +79,11 @@ class _ThreadAwarePatch:
     def acquire(self) -> None:
         with self._lock:
             self._holders += 1
-            if self._holders > 1 or self._torchs is not None:
+            if self._holders > 1:
+                return
+            if THREAD_INITIAL_SEED:
+                _initial_seed.__code__ = _thread_aware_initial_seed.__code__
+            if self._torchs is not None:
                 return
             try:
                 local = threading.local()
@@ -93,6 +113,7 @@ class _ThreadAwarePatch:
                 self._for_process = True
 
     def _undo(self) -> None:
+        _initial_seed.__code__ = _INITIAL_SEED_CODE
         if self._torchs is not None:
             return
         self._function.__code__ = self._original
@@ -113,6 +134,8 @@ class _ThreadAwarePatch:
         self._undo()
 
 
+_initial_seed = torch.random.initial_seed  # torch.initial_seed is the same function
+_INITIAL_SEED_CODE = _initial_seed.__code__
 _PATCH = _ThreadAwarePatch(_worker)
 os.register_at_fork(before=_PATCH.before_fork, after_in_parent=_PATCH.after_fork_in_parent,
                     after_in_child=_PATCH.after_fork_in_child)

@@ -15,13 +15,15 @@ import os
 import pickle
 import select
 import time
+import warnings
 from typing import Any, Optional, Sequence
 
+from seqloader.errors import add_note
 from seqloader.prefetcher.executor import Died, Done, Event, SetupFailed, Started
 from seqloader.prefetcher.faults import rebuild_error
 from seqloader.prefetcher.processes.handle import WorkerHandle
-from seqloader.prefetcher.processes.messages import (Cancelled, Failure, Forget, Job, Ready, Result, Retarget,
-                                                     WorkerConfig, WorkerFailed)
+from seqloader.prefetcher.processes.messages import (Began, Cancelled, Failure, Forget, Job, Ready, Result,
+                                                     Retarget, Warned, WorkerConfig, WorkerFailed)
 from seqloader.prefetcher.processes.payload import read_and_release
 from seqloader.prefetcher.processes.shm import SlotPool
 from seqloader.prefetcher.processes.worker import dumps_seq
@@ -47,7 +49,8 @@ JOIN_TIMEOUT = 2.0
 # Stop. Worker -> parent on its result pipe: first Ready (its set-up and worker_init_fn
 # finished) or WorkerFailed (they raised; it exits), then exactly one Result/Failure/Cancelled
 # per Job (in order, unless the worker runs several threads: WorkerConfig.threads), or
-# WorkerFailed before exiting. Pipe messages are small (bulk data is in
+# WorkerFailed before exiting; and at any time Warned (a warning shown in the worker, issued again
+# in the reader by ProcessExecutor._drain) or, with several threads, Began. Pipe messages are small (bulk data is in
 # the slots), so a worker never blocks on a full result pipe while the parent blocks sending it
 # a Retarget.
 #
@@ -112,6 +115,14 @@ JOIN_TIMEOUT = 2.0
 #   5. resubmit the owed items to it in increasing order (they queue in its pipe while it runs
 #      its set-up; it sends Ready first); log a WARNING on the `seqloader` logger; count it.
 # A replacement whose set-up takes longer than the start bound raises RuntimeError at a pump.
+# Several threads per worker (WorkerConfig.threads > 1). Each runner thread sends Began(gen, index)
+# before it computes a job, so the jobs begun and not answered when the process died are exactly
+# those it was computing (ProcessExecutor.running). One of them: it is the item the death is
+# blamed on, as with one thread. Several: none can be blamed alone, so the message names every
+# one (Inbox.death), each counts as having killed a worker once (Healer), and ProcessExecutor
+# sends each to the replacement with Job.alone: it is computed while nothing else runs in that
+# process. A second death then names the one item that caused it, and that item is the poison
+# item; the innocent ones were computed again and returned, never dropped.
 # Busy time, items and restarts of a worker id carry over to its replacement (Roster, counters()).
 
 
@@ -143,6 +154,8 @@ class ProcessExecutor:
         self._owner_pid = os.getpid()  # a forked copy of this object must not stop our workers
         self._poll = select.poll()  # every result pipe and process sentinel
         self._by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
+        self._warned: dict = {}  # the registry of the workers' warnings issued again here (once each)
+        self._suspects: dict[int, set] = {}  # worker -> jobs (gen, index) to compute alone (the NOTE above)
 
     @property
     def closed(self) -> bool:
@@ -163,11 +176,11 @@ class ProcessExecutor:
     def _start(self, config: WorkerConfig, seq: Any) -> WorkerHandle:
         try:
             h = WorkerHandle(self.ctx, config, self.shared, seq)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            raise TypeError(f"prefetch: cannot start worker {config.worker_id} with the "
-                            f"{self.ctx.get_start_method()!r} start method, which pickles the "
-                            f"sequence, shared object and worker_init_fn ({type(exc).__name__}: "
-                            f"{exc}); make them picklable (module-level functions) or use 'fork'") from exc
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:  # pickle's own error, as torch raises it
+            add_note(exc, f"seqloader: cannot start worker {config.worker_id} with the "
+                          f"{self.ctx.get_start_method()!r} start method, which pickles the sequence, shared "
+                          "object and worker_init_fn; make them picklable (module-level functions) or use 'fork'")
+            raise
         self._poll.register(h.results.fileno(), select.POLLIN)
         self._poll.register(h.sentinel, select.POLLIN)
         self._by_fd[h.results.fileno()] = (h, False)
@@ -178,6 +191,8 @@ class ProcessExecutor:
         """Start a replacement for the dead ``worker``: the same ``WorkerConfig`` (id, set-up),
         reading ``seq``; the dead one is reaped and its slots retired (see the healing NOTE)."""
         h = self.handles[worker]
+        if len(h.running) > 1:
+            self._suspects[worker] = set(h.running)
         for fd in (h.results.fileno(), h.sentinel):
             self._poll.unregister(fd)
             del self._by_fd[fd]
@@ -202,7 +217,10 @@ class ProcessExecutor:
             forgotten = self.pool.take_forgotten(worker)
             if forgotten:
                 h.send(Forget(forgotten))
-            h.send(Job(gen, index, sid, name))
+            suspects = self._suspects.get(worker, set())
+            alone = (gen, index) in suspects
+            suspects.discard((gen, index))
+            h.send(Job(gen, index, sid, name, alone))
         except (BrokenPipeError, ConnectionResetError):  # other OSErrors propagate
             h.broken = True
 
@@ -263,6 +281,14 @@ class ProcessExecutor:
                 msg = h.recv()
             except (EOFError, OSError):  # the worker died; its sentinel tells the rest
                 return
+            if type(msg) is Began:
+                h.running[(msg.gen, msg.index)] = None
+                continue
+            if type(msg) is Warned:  # a worker's warning reaches the training process's filters
+                warnings.warn_explicit(msg.message, msg.category, msg.filename, msg.lineno, registry=self._warned)
+                continue
+            if type(msg) is not Ready and type(msg) is not WorkerFailed:
+                h.running.pop((msg.gen, msg.index), None)
             if type(msg) is Result or type(msg) is Failure:
                 payload = msg.payload
                 pool.mapped_by_worker(payload.slot_id)
@@ -285,6 +311,14 @@ class ProcessExecutor:
         self.pool.release(reply.payload.slot_id)
 
     # -- naming ----------------------------------------------------------------------------------------
+
+    def running(self, worker: int) -> Optional[list[tuple[int, int]]]:
+        """With several threads per worker: the jobs ``(gen, index)`` worker ``worker`` had begun
+        and not answered (after its death: what it was computing when it died), in the order
+        begun; ``None`` with one thread (jobs run in the order sent: the first unanswered one)."""
+        if self.concurrency == 1:
+            return None
+        return list(self.handles[worker].running)
 
     def who(self, worker: int) -> str:
         return f"worker {worker} (pid {self.handles[worker].pid})"

@@ -79,6 +79,7 @@ class WorkerHandle:
         self.sentinel = self.process.sentinel
         self.broken = False  # a send to it failed: it is gone
         self.reported = False  # its death was reported (Died)
+        self.running: dict[tuple[int, int], None] = {}  # jobs begun and not answered (several threads)
         self._joined = False
         self._poll = select.poll()
         self._poll.register(self.results.fileno(), select.POLLIN)

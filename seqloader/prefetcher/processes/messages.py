@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "Began",
     "Cancelled",
     "Failure",
     "Forget",
@@ -33,6 +34,7 @@ __all__ = [
     "Result",
     "Retarget",
     "Stop",
+    "Warned",
     "WorkerConfig",
     "WorkerFailed",
 ]
@@ -65,13 +67,26 @@ class Job:
     """Compute item ``index`` of the current sequence into slot ``slot_id``.
 
     ``slot_name`` is the segment's name; the worker opens it the first time it sees ``slot_id``
-    and keeps it mapped until :class:`Forget`.
+    and keeps it mapped until :class:`Forget`. ``alone``: a worker running several threads
+    computes this job while no other job runs in it (a suspect of a death that happened while
+    several jobs ran: see :class:`Began`).
     """
 
     gen: int
     index: int
     slot_id: int
     slot_name: str
+    alone: bool = False
+
+
+@dataclass(frozen=True)
+class Began:
+    """A worker running several threads (``WorkerConfig.threads > 1``) starts computing job
+    ``(gen, index)``; sent before the computation, so that when the process dies the parent
+    knows every job that was running in it (those begun and not answered)."""
+
+    gen: int
+    index: int
 
 
 @dataclass(frozen=True)
@@ -184,3 +199,16 @@ class WorkerFailed:
 
     stage: str
     report: bytes
+
+
+@dataclass(frozen=True)
+class Warned:
+    """A warning was issued in the worker (any thread, its set-up included): the parent issues it
+    again with ``warnings.warn_explicit``, so it reaches the training process's filters and
+    handlers as a thread worker's warning does. ``category`` is the class (``UserWarning`` when it
+    cannot be pickled), ``message`` its text."""
+
+    category: Any
+    message: str
+    filename: str
+    lineno: int

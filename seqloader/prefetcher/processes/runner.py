@@ -16,6 +16,14 @@ returns once every thread has done so, or raises the first error, so a failing s
 reported as the worker's set-up failure, before any job. A thread cannot be killed:
 at :meth:`Runner.stop` the queued jobs are dropped, and a thread inside a long job finishes it
 alone while the process exits (the threads are daemons).
+
+What is running is never a guess: each thread announces a job before computing it (the worker
+sends :class:`~seqloader.prefetcher.processes.messages.Began`), so when the process dies the
+parent knows every job it was computing. When that was several, the parent cannot tell which one
+ended the process, so a replacement computes each of them with ``Job.alone``: the runner starts
+such a job only when no other job runs, and starts no other job until it is done. A death during
+it is then that job's alone (the healing NOTE in :mod:`seqloader.prefetcher.processes.executor`).
+Jobs start in the order they came, an ``alone`` job included.
 """
 
 from __future__ import annotations
@@ -48,6 +56,8 @@ class Runner:
         self._cv = threading.Condition(threading.Lock())
         self._queue: collections.deque = collections.deque()  # (job, seq)
         self._stopping = False
+        self._active = 0  # jobs being computed
+        self._exclusive = False  # an ``alone`` job is being computed
         self._starting = threads  # threads whose thread_init_fn has not returned
         self._init_error: Optional[BaseException] = None
         self._threads = [threading.Thread(target=self._run, args=(t,), name=f"seqloader-worker-{worker_id}-{t}",
@@ -81,12 +91,25 @@ class Runner:
             self._cv.notify_all()
 
     def _next(self) -> Optional[tuple[Any, Any]]:
+        """The next job to start (the oldest queued), once it may start: an ``alone`` job when no
+        other runs, any job when no ``alone`` one runs; ``None`` once stopping."""
         with self._cv:
-            while not self._queue:
+            while True:
                 if self._stopping:
                     return None
+                if self._queue and not self._exclusive and (self._active == 0 or
+                                                            not getattr(self._queue[0][0], "alone", False)):
+                    job, seq = self._queue.popleft()
+                    self._active += 1
+                    self._exclusive = bool(getattr(job, "alone", False))
+                    return job, seq
                 self._cv.wait(IDLE_CHECK)
-            return None if self._stopping else self._queue.popleft()
+
+    def _finished(self) -> None:
+        with self._cv:
+            self._active -= 1
+            self._exclusive = False
+            self._cv.notify_all()
 
     def _run(self, thread: int) -> None:
         try:
@@ -105,7 +128,10 @@ class Runner:
                 got = self._next()
                 if got is None:
                     return
-                self._work(*got)
+                try:
+                    self._work(*got)
+                finally:
+                    self._finished()
         except BaseException as exc:  # reported; the worker process then exits
             with self._cv:
                 stopping, self._stopping = self._stopping, True

@@ -25,6 +25,7 @@ import signal
 import threading
 import time
 import traceback
+import warnings
 from typing import Any
 
 import torch
@@ -32,6 +33,7 @@ import torch
 from seqloader.prefetcher.faults import error_report
 from seqloader.prefetcher.processes.heap import keep_large_buffers
 from seqloader.prefetcher.processes.messages import (
+    Began,
     Cancelled,
     Failure,
     Forget,
@@ -40,6 +42,7 @@ from seqloader.prefetcher.processes.messages import (
     Result,
     Retarget,
     Stop,
+    Warned,
     WorkerConfig,
     WorkerFailed,
 )
@@ -115,6 +118,29 @@ def _set_up(config: WorkerConfig) -> None:
         config.worker_init_fn(config.worker_id)
 
 
+#: Guards the result pipe: runner threads and forwarded warnings write it from several threads.
+_send_lock = threading.Lock()
+
+
+def _forward_warnings(results: Any) -> None:
+    """Send every warning shown in this process to the parent (:class:`Warned`), which issues it
+    again: the training process sees a worker's warnings as it sees a thread worker's."""
+    shown = warnings.showwarning
+
+    def forward(message, category, filename, lineno, file=None, line=None):
+        try:
+            try:
+                pickle.dumps(category)
+            except Exception:
+                category = UserWarning
+            with _send_lock:
+                send(results, Warned(category, str(message), str(filename), int(lineno)))
+        except Exception:  # the pipe is gone: show it here, as before
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = forward
+
+
 def _parent_alive(ppid: int, parent_pid: int) -> bool:
     if os.getppid() != ppid:
         return False
@@ -178,11 +204,11 @@ def _compute(seq, job: Job, slots: WorkerSlots):
                       time.thread_time() - cpu)
     except _Unsendable as wrapped:
         cause = wrapped.__cause__
-        exc: Exception = TypeError(f"prefetch: item {job.index} cannot be sent to the parent process "
+        exc: BaseException = TypeError(f"prefetch: item {job.index} cannot be sent to the parent process "
                                    f"({type(cause).__name__}: {cause}); items must be picklable")
         exc.__cause__ = cause
-    except Exception as err:
-        exc = err
+    except BaseException as err:  # SystemExit, KeyboardInterrupt, GeneratorExit: the item's outcome too
+        exc = err  # (the reader reports them as a RuntimeError naming the item: inbox.Inbox.result)
     report = error_report(exc)
     _clear_frames(exc)
     del exc
@@ -210,7 +236,7 @@ class _Worker:
         self.pending: collections.deque = collections.deque()
         self.poller = select.poll()
         self.poller.register(jobs.fileno(), select.POLLIN)
-        self.send_lock = threading.Lock()  # runner threads reply on the same pipe
+        self.send_lock = _send_lock  # runner threads reply on the same pipe, warnings too
         self.failed = False  # a runner thread reported a failure: stop
         self.runner: Runner | None = None
 
@@ -222,7 +248,7 @@ class _Worker:
         """
         c = self.config
         if c.threads > 1:
-            self.runner = Runner(c.threads, self.run_job, c.worker_id, c.thread_init_fn, self.runner_failed)
+            self.runner = Runner(c.threads, self.run_job_announced, c.worker_id, c.thread_init_fn, self.runner_failed)
             self.runner.wait_ready(lambda: _parent_alive(self.ppid, c.parent_pid))
 
     def reply(self, msg: Any) -> None:
@@ -235,6 +261,13 @@ class _Worker:
             self.reply(Cancelled(job.gen, job.index, job.slot_id))
         else:
             self.reply(_compute(seq, job, self.slots))
+
+    def run_job_announced(self, job: Job, seq: Any) -> None:
+        """Answer one job in a runner thread, announcing it first (:class:`Began`): several run at
+        once, so the parent learns from these which were running if the process dies."""
+        if job.gen >= self.latest:
+            self.reply(Began(job.gen, job.index))
+        self.run_job(job, seq)
 
     def runner_failed(self, stage: str, exc: BaseException) -> None:
         """A runner thread cannot go on: report it; the message loop then stops."""
@@ -306,6 +339,7 @@ def worker_main(config: WorkerConfig, jobs: Any, results: Any, shared: Any, seq:
         seq: the initial sequence.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the reader's business
+    _forward_warnings(results)
     try:
         _set_up(config)
     except Exception as exc:
@@ -315,11 +349,11 @@ def worker_main(config: WorkerConfig, jobs: Any, results: Any, shared: Any, seq:
     try:
         worker.start_threads()
     except Exception as exc:
-        send(results, WorkerFailed("thread_init_fn", pickle.dumps(error_report(exc))))
+        worker.reply(WorkerFailed("thread_init_fn", pickle.dumps(error_report(exc))))
         return
     parent_gone = False
     try:
-        send(results, Ready(config.worker_id))
+        worker.reply(Ready(config.worker_id))
         while True:
             worker.handle(worker.next_message())
     except _Stopped as stop:
