@@ -131,9 +131,46 @@ class Strided(IterableDataset):
         yield from range(w, self.n, k)
 
 
-#: The same stream from an iterator class (``__next__``, which threads could interleave), resumable
-#: (torchdata's protocol): ``tests/resumable_stream.py``.
-StridedIterator = Stream
+def strided_iterator(n=16):
+    """The same stream from an iterator class (``__next__``, which threads could interleave),
+    resumable (torchdata's protocol): ``tests/resumable_stream.py``."""
+    return Stream(n)
+
+
+class Warns(Dataset):
+    """Item 5 shows a ``UserWarning``: it must reach the training process."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 5:
+            import warnings
+
+            warnings.warn(f"item {i} says so", UserWarning)
+        return i
+
+
+class DrawingStream(IterableDataset):
+    """An iterator class whose state is in the object (read by whichever thread calls ``next``),
+    drawing through ``torch.thread_safe_generator()``; resumable (torchdata's protocol)."""
+
+    def __iter__(self):
+        info = get_worker_info()
+        self.i, self.n = (0, 1) if info is None else (info.id, info.num_workers)
+        return self
+
+    def __next__(self):
+        if self.i >= 24:
+            raise StopIteration
+        value, self.i = self.i, self.i + self.n
+        return torch.tensor([value, int(torch.randint(0, 10**6, (), generator=torch.thread_safe_generator()))])
+
+    def state_dict(self):
+        return {"i": self.i}
+
+    def load_state_dict(self, sd):
+        self.i = sd["i"]
 
 
 def seed_numpy_with_worker_id(worker_id):

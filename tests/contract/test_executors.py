@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import json
 import multiprocessing
-import os
 import subprocess
 import sys
 import textwrap
@@ -29,9 +28,10 @@ import torch
 
 import conftest  # tests/conftest.py: the leak check
 import seqloader
+from contract_items import (DrawingStream, GlobalDraws, InitialSeed, RaisesAt, Strided, ThreadSafeDraws,
+                            WaitsAt, Warns, WorkerInfoItems, record_worker_id,
+                            seed_numpy_with_worker_id, strided_iterator)
 from forking import wait_until
-from contract_items import (GlobalDraws, InitialSeed, RaisesAt, Strided, StridedIterator, ThreadSafeDraws, WaitsAt,
-                            WorkerInfoItems, record_worker_id, seed_numpy_with_worker_id)
 from seqloader.testing import assert_batches_equal
 
 HERE = Path(__file__).resolve().parent
@@ -47,6 +47,8 @@ EXECUTORS = {
 PROCESS_BASED = ["processes", "threads_in_processes", "ray"]
 
 _cluster: dict = {}  # the module's Ray cluster, once a Ray case started it
+_ORIGINAL_CODE = {"initial_seed": torch.random.initial_seed.__code__,
+                  "get_worker_info": torch.utils.data.get_worker_info.__code__}
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +76,9 @@ def no_leaks():
         yield from conftest.leak_free()
     gc.collect()  # an error's traceback may hold the iterator, hence its thread workers, in a cycle
     assert wait_until(lambda: not _thread_workers(), 60), f"thread workers outlived the test: {_thread_workers()}"
+    # ... and so did what they changed process-wide (torch's code objects, patched while they live)
+    assert torch.random.initial_seed.__code__ is _ORIGINAL_CODE["initial_seed"]
+    assert torch.utils.data.get_worker_info.__code__ is _ORIGINAL_CODE["get_worker_info"]
 
 
 def _thread_workers() -> list:
@@ -111,14 +116,14 @@ PIPELINES = {
     "thread_safe_generator": lambda: dict(dataset=ThreadSafeDraws(), shuffle=True),
     "rng_map": lambda: dict(dataset=seqloader.rng_map(_noisy, range(24), seed=5), shuffle=True),
     "global_draws": lambda: dict(dataset=GlobalDraws(), shuffle=True),
-    "initial_seed": lambda: dict(dataset=InitialSeed()),
+    "initial_seed": lambda: dict(dataset=InitialSeed()),  # the batch's seed, as a worker process sees it
     "schedule": lambda: dict(dataset=ThreadSafeDraws(40), shuffle=True, batch_size_schedule=[(0, 2), (3, 4)]),
     "mix": lambda: dict(dataset=seqloader.mix([range(0, 100), range(1000, 1100)], [0.3, 0.7], seed=3, length=30),
                         shuffle=True),
 }
-#: what a pipeline may do instead of reproducing the main process's batches on an executor that
-#: cannot: warn (a RuntimeWarning naming the generator and a fix that works on every executor)
-MAY_WARN = {"global_draws", "initial_seed"}
+#: the executors that cannot reproduce a draw from a global generator (they share it with the
+#: training loop, or between threads): they must warn, with advice that works on every executor
+CANNOT_REPRODUCE_GLOBAL_DRAWS = {"threads", "threads_in_processes"}
 
 
 def _noisy(x, rng):
@@ -126,17 +131,25 @@ def _noisy(x, rng):
 
 
 @pytest.mark.parametrize("pipeline", list(PIPELINES))
-def test_seeded_batches_are_the_main_process_batches(executor, pipeline):
+def test_seeded_batches_are_the_main_process_batches(request, executor, pipeline):
     want = batches(**PIPELINES[pipeline](), batch_size=4, seed=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         got = batches(**PIPELINES[pipeline](), batch_size=4, seed=0, **executor)
-    warned = [w for w in caught if issubclass(w.category, RuntimeWarning) and "seqloader" in str(w.message)]
-    if pipeline in MAY_WARN and warned:
-        assert "thread_safe_generator" in str(warned[0].message), str(warned[0].message)
+    warned = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning) and "seqloader" in str(w.message)]
+    if pipeline == "global_draws" and request.node.callspec.params["executor"] in CANNOT_REPRODUCE_GLOBAL_DRAWS:
+        assert warned, "a draw from a global generator that this executor cannot reproduce must warn"
+        for message in warned:  # advice that works on every executor
+            assert "seqloader.rng_map" in message and "torch.thread_safe_generator()" in message, message
+            assert "get_worker_info().rng" not in message, message
         return
     assert_batches_equal(got, want, f"{pipeline} batches")
-    assert not warned, [str(w.message) for w in warned]
+    assert not warned, warned
+
+
+def test_an_items_warning_reaches_the_training_process(executor):
+    with pytest.warns(UserWarning, match=r"item 5 says so"):
+        batches(dataset=Warns(), batch_size=2, **executor)
 
 
 def test_out_of_order_batches_are_each_batch_once(executor):
@@ -161,10 +174,19 @@ def test_a_state_resumes_across_executors(executor, direction):
     assert_batches_equal(head + list(loading), want)
 
 
-@pytest.mark.parametrize("stream", [Strided, StridedIterator])
-def test_iterable_streams_are_those_of_worker_processes(executor, stream):
-    want = batches(dataset=stream(16), batch_size=2, num_workers=2)
-    assert_batches_equal(batches(dataset=stream(16), batch_size=2, **executor), want)
+@pytest.mark.parametrize("stream", [Strided, strided_iterator, DrawingStream])
+def test_iterable_streams_and_their_states_are_those_of_worker_processes(executor, stream):
+    def run(**kw):
+        loader = seqloader.DataLoader(stream(), batch_size=2, seed=3, **kw)
+        it = iter(loader)
+        head = [next(it) for _ in range(3)]
+        state = {k: v for k, v in loader.state_dict().items() if k != "saved_with"}
+        return head + list(it), state
+
+    want, want_state = run(num_workers=2)
+    got, state = run(**executor)
+    assert_batches_equal(got, want)
+    assert state == want_state
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -203,8 +225,9 @@ def test_a_base_exception_in_an_item_is_an_error_naming_the_batch_never_an_exit(
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, f"the training process ended (exit code {proc.returncode}):\n{proc.stderr[-3000:]}"
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["raised"] is not None, "the loader ended the epoch without an error"
-    assert "batch 14" in out["text"] and "[56, 57, 58, 59]" in out["text"], out
+    assert out["raised"] == "RuntimeError", out
+    name = {'"sys.exit"': "SystemExit(3)"}.get(error, error)
+    assert f"an item raised {name} in batch 14 (dataset indices [56, 57, 58, 59])" in out["text"], out
 
 
 @pytest.mark.parametrize("restarts", [0, 3])
@@ -246,12 +269,23 @@ def test_worker_init_fn_and_get_worker_info(executor):
     assert set(rows[:, 3].tolist()) == {1}
 
 
-def test_a_worker_init_fn_seeding_numpy_leaves_the_training_process_alone(executor):
+#: the executors whose workers share the training process's global generators: a worker_init_fn
+#: that seeds them has no effect on items there, and says so once
+SHARE_THE_GLOBAL_GENERATORS = {"threads"}
+
+
+def test_a_worker_init_fn_seeding_numpy_leaves_the_training_process_alone(request, executor):
     np.random.seed(123)
     want = np.random.rand(3)
     np.random.seed(123)
-    batches(dataset=ThreadSafeDraws(8), batch_size=2, seed=0, worker_init_fn=seed_numpy_with_worker_id, **executor)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = batches(dataset=ThreadSafeDraws(8), batch_size=2, seed=0, worker_init_fn=seed_numpy_with_worker_id,
+                      **executor)
     assert np.random.rand(3).tolist() == want.tolist()
+    assert_batches_equal(got, batches(dataset=ThreadSafeDraws(8), batch_size=2, seed=0))
+    said = [str(w.message) for w in caught if "worker_init_fn changed the global" in str(w.message)]
+    assert len(said) == (request.node.callspec.params["executor"] in SHARE_THE_GLOBAL_GENERATORS), said
 
 
 # -- arguments ------------------------------------------------------------------------------------
