@@ -1,9 +1,9 @@
 """The loader's resume state: the one module that builds, reads, validates and migrates it.
 
-One concept, the state's format: :class:`LoaderState` (its keys, versions and migrations), the
-value checks of every key (every int below ``2**63``: :func:`check_int_in`, formerly
-``validation.py``) and :class:`IterableState`, the entry of each worker stream of an
-``IterableDataset`` (formerly ``stream_state.py``), which are parts of that format. How a state
+One concept, the state's format: :class:`LoaderState` (its keys, versions and migrations). Its
+parts live beside it and are re-exported here: the value checks of every key (every int below
+``2**63``: :func:`check_int_in`, :mod:`seqloader.loader.state_values`) and :class:`IterableState`,
+the entry of each worker stream of an ``IterableDataset`` (:mod:`seqloader.loader.iterable_state`). How a state
 meets a loader (built from its parts, checked against them, loaded into them) is another concept:
 :mod:`seqloader.loader.saving`.
 
@@ -34,156 +34,15 @@ compares a loaded state with the loader it is loaded into. Neither mutates anyth
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import reprlib
 from typing import Any, Callable, Optional
 
 from seqloader import __version__  # the package's one version source (a str; seqloader/__init__ imports nothing)
+from seqloader.loader.iterable_state import IterableState
+from seqloader.loader.state_values import INT_LIMIT, STAGE, check_int_in, check_value, is_int, is_int_in, shown
 
 __all__ = ["FORMAT", "INT_LIMIT", "KEYS", "STAGE", "VERSION", "IterableState", "LoaderState", "check_int_in",
            "check_value", "is_int", "is_int_in", "is_stateful", "reader", "shown"]
-
-# -- the value checks of a state ------------------------------------------------------------------
-
-#: The stage named in every error of a state that cannot be loaded.
-STAGE = "load_state_dict"
-#: Every int of a state is below this bound (int64).
-INT_LIMIT = 2**63
-
-_short = reprlib.Repr()
-_short.maxlist = _short.maxdict = _short.maxtuple = 8
-_short.maxstring = _short.maxother = 120
-_short.maxlevel = 4
-
-
-def is_int(v: Any) -> bool:
-    """An int that is not a bool."""
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def is_int_in(v: Any, low: int = 0) -> bool:
-    """An int (not a bool) in ``[low, 2**63)``.
-
-    Example:
-        >>> is_int_in(3), is_int_in(-1), is_int_in(2**63), is_int_in(-1, low=-2**63), is_int_in(True)
-        (True, False, False, True, False)
-    """
-    return is_int(v) and low <= v < INT_LIMIT
-
-
-def shown(value: Any) -> str:
-    """``repr(value)`` for a message, cut short (long lists, deep nesting, ints of thousands of digits).
-
-    Example:
-        >>> shown(10**30), shown(10**5000), shown(list(range(100)))
-        ('1000000000000000000000000000000', 'an int of 16610 bits', '[0, 1, 2, 3, 4, 5, 6, 7, ...]')
-    """
-    if is_int(value) and value.bit_length() > 128:
-        return f"an int of {value.bit_length()} bits"
-    try:
-        return _short.repr(value)
-    except Exception:  # a huge int nested in a list, a __repr__ that raises
-        return f"a {type(value).__name__}"
-
-
-def check_value(cond: bool, key: str, value: Any, expected: str) -> None:
-    """``ValueError: load_state_dict: '<key>' must be <expected> (got <value>)`` unless ``cond``."""
-    if not cond:
-        raise ValueError(f"{STAGE}: {key!r} must be {expected} (got {shown(value)})")
-
-
-def check_int_in(key: str, value: Any, low: int = 0, none_ok: bool = False) -> None:
-    """``value`` is an int in ``[low, 2**63)`` (or ``None`` when ``none_ok``), else ``ValueError``
-    naming ``key``.
-
-    Example:
-        >>> check_int_in("epoch", 3); check_int_in("epoch", 10**30)
-        Traceback (most recent call last):
-        ValueError: load_state_dict: 'epoch' must be a non-negative int < 2**63 (got 1000000000000000000000000000000)
-    """
-    if none_ok and value is None:
-        return
-    what = {0: "a non-negative int", 1: "a positive int"}.get(low, f"an int >= {low}")
-    check_value(is_int_in(value, low), key, value, ("None or " if none_ok else "") + what + " < 2**63")
-
-
-# -- the streams of an IterableDataset --------------------------------------------------------------
-
-@dataclasses.dataclass
-class IterableState:
-    """Where each worker stream of an ``IterableDataset`` stands (mutable: iterators update it).
-
-    Batch ``i`` of an epoch is read from stream ``i % len(workers)`` (torch's round-robin); the
-    loader's ``position`` is the next ``i``. Each stream's ``state`` is
-    ``{"dataset": <dataset.state_dict()>, "iterator": <iter(dataset).state_dict()>}`` (either may
-    be ``None``; the iterator's when ``__iter__`` returns ``self``) taken after its latest batch,
-    or ``None`` when neither has a ``state_dict``.
-
-    Attributes:
-        workers: one dict per stream (one stream at ``num_workers=0``), each
-            ``{"batches": int, "state": dict or None, "exhausted": bool}``.
-
-    Example:
-        >>> s = IterableState.fresh(2); s.record(0, batches=1, state={"dataset": {"i": 4}, "iterator": None})
-        >>> s.to_dict()["workers"][0]
-        {'batches': 1, 'state': {'dataset': {'i': 4}, 'iterator': None}, 'exhausted': False}
-        >>> IterableState.from_dict(s.to_dict()) == s, s.started
-        (True, True)
-    """
-
-    workers: list[dict[str, Any]]
-
-    @classmethod
-    def fresh(cls, streams: int) -> "IterableState":
-        """The state before any batch of ``streams`` worker streams."""
-        return cls([{"batches": 0, "state": None, "exhausted": False} for _ in range(streams)])
-
-    @property
-    def started(self) -> bool:
-        """Whether any stream has yielded a batch or ended."""
-        return any(w["batches"] or w["exhausted"] for w in self.workers)
-
-    def record(self, worker: int, batches: int, state: Any) -> None:
-        """Stream ``worker`` has yielded ``batches`` batches, after which its state is ``state``."""
-        w = self.workers[worker]
-        w["batches"], w["state"] = batches, state
-
-    def mark_exhausted(self, worker: int, state: Any) -> None:
-        """Stream ``worker`` has ended, its final state being ``state``."""
-        w = self.workers[worker]
-        w["exhausted"], w["state"] = True, state
-
-    def carried(self) -> "IterableState":
-        """The next epoch's start when the same dataset objects go on (persistent workers, or
-        ``num_workers=0``): no batch yet, each stream's latest state kept for a resume."""
-        return IterableState([{"batches": 0, "state": copy.deepcopy(w["state"]), "exhausted": False}
-                              for w in self.workers])
-
-    def copy(self) -> "IterableState":
-        """An independent copy (sub-states deep-copied)."""
-        return IterableState(copy.deepcopy(self.workers))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"workers": [dict(w) for w in self.workers]}
-
-    @classmethod
-    def from_dict(cls, d: Any) -> "IterableState":
-        check_value(isinstance(d, dict) and set(d) == {"workers"}, "iterable", d,
-                    "None or a dict with the key 'workers'")
-        workers = d["workers"]
-        check_value(isinstance(workers, list) and len(workers) > 0, "iterable.workers", workers,
-                    "a non-empty list")
-        for w in workers:
-            check_value(isinstance(w, dict) and set(w) == {"batches", "state", "exhausted"},
-                        "iterable.workers[]", w, "a dict with keys 'batches', 'state', 'exhausted'")
-            check_int_in("iterable.workers[].batches", w["batches"])
-            check_value(isinstance(w["exhausted"], bool), "iterable.workers[].exhausted", w["exhausted"],
-                        "a bool")
-            check_value(w["state"] is None or isinstance(w["state"], dict) and set(w["state"]) == {"dataset", "iterator"},
-                        "iterable.workers[].state", w["state"], "None or a dict with keys 'dataset', 'iterator'")
-        return cls(copy.deepcopy(workers))
-
 
 # -- the format ------------------------------------------------------------------------------------
 
