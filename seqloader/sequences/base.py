@@ -140,6 +140,13 @@ class SliceView(IndexMap[T_co]):
             self._parent = parent
             self._range = range(len(parent))[key]
 
+
+    def _position_stage(self) -> Any:  # a describe.Stage (describe imports this module)
+        from seqloader.sequences.describe import Stage
+
+        r = self._range
+        return Stage("slice", {"start": r.start, "stop": r.stop, "step": r.step}, (self._parent,))
+
     def __len__(self) -> int:
         return len(self._range)
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from seqloader.sequences.describe import is_source
 from seqloader.sources.base import fingerprint_of
 
 __all__ = ["describe_files", "check_same_files"]
 
 
 def _file_list(x: Any) -> list[list[Any]] | None:
-    if hasattr(x, "files") and callable(x.files):
+    if is_source(x):
         return [list(f) for f in x.files()]
     if isinstance(x, (list, tuple)):
         return [list(f) for f in x]
