@@ -9,11 +9,12 @@ meets a loader (built from its parts, checked against them, loaded into them) is
 
 A state is a small dict of JSON types (see ``docs/design.md``, "Loader state: format and versions")::
 
-    {"format": "seqloader.DataLoader", "version": 4, "seed": 1234, "epoch": 2,
+    {"format": "seqloader.DataLoader", "version": 5, "seed": 1234, "epoch": 2,
      "position": 40960, "ahead": [], "step": 2140, "dataset_len": 50000, "batch_size": 64,
      "drop_last": False, "shuffle": True, "derivation": 2, "sampler_len": None,
      "sampler_epoch": None, "sampler": None, "dataset": None, "iterable": None,
-     "recipe": None, "files": [], "saved_with": {"num_workers": 4, "world_size": 8, "seqloader": "0.4.0"}}
+     "recipe": None, "files": [], "positions": {"digest": "4f53cda18c2baa0c", "stages": []},
+     "saved_with": {"num_workers": 4, "world_size": 8, "seqloader": "0.4.0"}}
 
 Every key is described in that section's table. In short: ``position`` counts samples of the
 epoch's *global* order already yielded (all ranks together; with ``in_order=False`` it is the
@@ -24,7 +25,8 @@ loaded state keeps its own); ``sampler_len``, ``sampler_epoch``, ``sampler`` and
 describe a user's sampler and dataset (their verbatim ``state_dict()`` when they have one);
 ``iterable`` holds one :class:`IterableState` entry per worker stream of an ``IterableDataset``;
 ``recipe`` the run's changes (:mod:`seqloader.loader.changes`); ``files`` the fingerprint of the
-file list of every source in the pipeline; ``saved_with`` is informational (and names the release).
+file list of every source in the pipeline; ``positions`` what decides which sample a position is
+(each stage's name and parameters, :mod:`seqloader.loader.positions`); ``saved_with`` is informational (and names the release).
 
 :meth:`LoaderState.from_dict` validates everything (types, format, version, and every int within
 ``[0, 2**63)``: :func:`check_int_in`) and upgrades old versions one step at a time through :data:`_MIGRATIONS`
@@ -34,6 +36,7 @@ compares a loaded state with the loader it is loaded into. Neither mutates anyth
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, Callable, Optional
 
@@ -49,16 +52,19 @@ __all__ = ["FORMAT", "INT_LIMIT", "KEYS", "STAGE", "VERSION", "IterableState", "
 #: The value of the ``"format"`` key.
 FORMAT = "seqloader.DataLoader"
 #: The current version; bumped whenever the meaning of a key changes.
-VERSION = 4
+VERSION = 5
 #: The derivations of orders and seeds a state may name (``seqloader/loader/seeding.py``).
 DERIVATIONS = (1, 2)
 #: The keys of a version-:data:`VERSION` state, in order.
 KEYS = ("format", "version", "seed", "epoch", "position", "ahead", "step", "dataset_len", "batch_size",
         "drop_last", "shuffle", "derivation", "sampler_len", "sampler_epoch", "sampler", "dataset",
-        "iterable", "recipe", "files", "saved_with")
+        "iterable", "recipe", "files", "positions", "saved_with")
 
 #: The mark of a version-3 fingerprint (of paths and modification times) in a migrated state.
 LEGACY_FINGERPRINT = "v3:"
+#: The mark of a version-4 fingerprint (of footers and member tables, without the data's first and
+#: last bytes) in a migrated state: compared with the files' contents cut to what version 4 saw.
+V4_FINGERPRINT = "v4:"
 
 #: ``_MIGRATIONS[v]`` turns a version-``v`` dict into a version-``v + 1`` dict (a new dict; releases: CHANGELOG.md).
 #: 1 -> 2: the derivation of orders and seeds became a key (version 1 meant derivation 1); the epoch
@@ -73,6 +79,10 @@ LEGACY_FINGERPRINT = "v3:"
 #: absolute paths and modification times, which cannot be compared with it): a description
 #: becomes a one-element list whose fingerprint is marked ``"v3:"`` (loading it raises, naming the
 #: ``check_files=False`` override), ``None`` stays ``None`` (not recorded: not checked).
+#: 4 -> 5: ``positions`` (what decides which sample a position is: :mod:`seqloader.loader.positions`)
+#: is a new key; a version-4 state has no record (``None``: loaded without that check). A file's
+#: content also covers the data's first and last bytes (``footer:<hex>+data:<hex>``): a version-4
+#: description's fingerprint is marked ``"v4:"`` and compared with the contents cut to what version 4 saw.
 _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
@@ -87,7 +97,7 @@ def is_stateful(obj: Any) -> bool:
 
 
 def reader() -> str:
-    """``'seqloader 0.4.0 reads state_dict versions 1-4'``: named wherever a state's version is refused."""
+    """``'seqloader 0.4.0 reads state_dict versions 1-5'``: named wherever a state's version is refused."""
     return f"seqloader {__version__} reads state_dict versions {min(_MIGRATIONS, default=VERSION)}-{VERSION}"
 
 
@@ -119,6 +129,15 @@ def _migrate_3_to_4(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "version": 4, "files": files}
 
 
+def _migrate_4_to_5(d: dict[str, Any]) -> dict[str, Any]:
+    files = d.get("files")
+    if isinstance(files, list):  # what is malformed is left for from_dict to name
+        files = [{**f, "fingerprint": f"{V4_FINGERPRINT}{f['fingerprint']}"}
+                 if isinstance(f, dict) and isinstance(f.get("fingerprint"), str)
+                 and not f["fingerprint"].startswith(LEGACY_FINGERPRINT) else f for f in files]
+    return {**d, "version": 5, "files": files, "positions": None}
+
+
 #: The keys of a source's file-list description (``seqloader.sources.fingerprint.describe_files``):
 #: those it always has, and those it may have.
 DESCRIPTION_KEYS = ({"files", "fingerprint"}, {"files", "fingerprint", "chunk", "chunks"})
@@ -139,6 +158,23 @@ def _check_description(key: str, d: Any) -> None:
                     d["chunks"], "a list of str")
 
 
+def _check_positions(p: Any) -> None:
+    """``positions``: ``None`` or ``{"digest": hex, "stages": [[name, params dict or digest str], ...]}``."""
+    check_value(p is None or isinstance(p, dict) and set(p) in ({"digest", "stages"}, {"digest", "stages", "chunk"}),
+                "positions", p, "None or a dict with the keys 'digest' and 'stages' (and 'chunk')")
+    if p is None:
+        return
+    if "chunk" in p:
+        check_int_in("positions.chunk", p["chunk"], low=1)
+    check_value(isinstance(p["digest"], str) and len(p["digest"]) <= 64, "positions.digest", p["digest"],
+                "a str of hex digits")
+    check_value(isinstance(p["stages"], list), "positions.stages", p["stages"], "a list of [name, parameters]")
+    for k, stage in enumerate(p["stages"]):
+        check_value(isinstance(stage, list) and len(stage) == 2 and isinstance(stage[0], str)
+                    and isinstance(stage[1], (dict, str)), f"positions.stages[{k}]", stage,
+                    "a list [name, parameters (a dict, or a str digest)]")
+
+
 @dataclasses.dataclass(frozen=True)
 class LoaderState:
     """A validated, immutable loader state; :meth:`to_dict` gives the public dict.
@@ -151,7 +187,7 @@ class LoaderState:
         (True, {'seqloader': '...'})
         >>> LoaderState.from_dict({**d, "version": 99})
         Traceback (most recent call last):
-        ValueError: load_state_dict: this state_dict has version 99, newer than this seqloader's version 4 (seqloader ... reads state_dict versions 1-4); upgrade seqloader to load it
+        ValueError: load_state_dict: this state_dict has version 99, newer than this seqloader's version 5 (seqloader ... reads state_dict versions 1-5); upgrade seqloader to load it
     """
 
     seed: int
@@ -171,6 +207,7 @@ class LoaderState:
     iterable: Optional[IterableState] = None
     recipe: Optional[dict[str, Any]] = None
     files: Optional[list[dict[str, Any]]] = dataclasses.field(default_factory=list)
+    positions: Optional[dict[str, Any]] = None
     saved_with: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,6 +222,7 @@ class LoaderState:
             "sampler_epoch": self.sampler_epoch, "sampler": self.sampler, "dataset": self.dataset,
             "iterable": None if self.iterable is None else self.iterable.to_dict(),
             "recipe": self.recipe, "files": None if self.files is None else [dict(f) for f in self.files],
+            "positions": None if self.positions is None else copy.deepcopy(self.positions),
             "saved_with": {**self.saved_with, "seqloader": self.saved_with.get("seqloader", __version__)},
         }
 
@@ -243,12 +281,14 @@ class LoaderState:
                     "None or a list of file-list descriptions (one per source)")
         for k, description in enumerate(d["files"] or ()):
             _check_description(f"files[{k}]", description)
+        _check_positions(d["positions"])
         iterable = None if d["iterable"] is None else IterableState.from_dict(d["iterable"])
         return cls(seed=d["seed"], epoch=d["epoch"], position=d["position"],
                    dataset_len=d["dataset_len"], batch_size=d["batch_size"],
                    drop_last=d["drop_last"], shuffle=d["shuffle"], derivation=d["derivation"],
                    ahead=tuple(d["ahead"]), step=d["step"], recipe=d["recipe"],
                    files=None if d["files"] is None else [dict(f) for f in d["files"]],
+                   positions=None if d["positions"] is None else copy.deepcopy(d["positions"]),
                    sampler_len=d["sampler_len"], sampler_epoch=d["sampler_epoch"],
                    sampler=d["sampler"],
                    dataset=d["dataset"], iterable=iterable, saved_with=dict(d["saved_with"]))
@@ -257,3 +297,4 @@ class LoaderState:
 _MIGRATIONS[1] = _migrate_1_to_2
 _MIGRATIONS[2] = _migrate_2_to_3
 _MIGRATIONS[3] = _migrate_3_to_4
+_MIGRATIONS[4] = _migrate_4_to_5

@@ -39,7 +39,7 @@ class _Cycle(IndexMap[T]):
 
 
     def _position_stage(self) -> Stage:
-        return Stage("cycle", {"limit": self._limit}, (self._parent,))
+        return Stage("cycle", {"limit": self._limit, "of": self._n}, (self._parent,))
 
     def __len__(self) -> int:
         return self._limit

@@ -237,7 +237,7 @@ class _Repeat(IndexMap[T]):
 
 
     def _position_stage(self) -> Stage:
-        return Stage("repeat", {"times": self._times}, (self._parent,))
+        return Stage("repeat", {"times": self._times, "of": self._n}, (self._parent,))
 
     def __len__(self) -> int:
         return self._len
