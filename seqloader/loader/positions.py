@@ -8,8 +8,11 @@ and records, for every stage that describes its positions (``keep``, ``pack``, `
 ``interleave``, ``block_shuffle``, the sources, and torch's ``Subset``), its name and the
 parameters that decide which sample of its inputs a position is::
 
-    {"digest": "<16 hex digits>", "stages": [["shuffle", {"seed": 3}], ["keep", {"predicate": "m.even",
-     "window": 4096, "kept": "<12 hex>"}], ["parquet", {}]]}
+    {"digest": "<16 hex digits>", "stages": ['shuffle{"seed":3}',
+     'keep{"kept":"<12 hex>","predicate":"m.even","window":4096}', 'parquet{}']}
+
+Each stage is one string, its name then its parameters as JSON (a list of str: checkpointers
+such as ``torch.distributed.checkpoint``, which flatten nested dicts, store it as it is).
 
 Not the values: ``smap``'s function, ``rng_map``'s function and seed, ``pack``'s ``pad_id`` and
 ``dtype``, a source's ``transform=`` are not recorded, so a fixed augmentation resumes. A
@@ -58,14 +61,31 @@ def _compact(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _stages(dataset: Any) -> list[list[Any]]:
-    stages: list[list[Any]] = []
+def _stages(dataset: Any) -> list[tuple[str, dict[str, Any]]]:
+    stages: list[tuple[str, dict[str, Any]]] = []
     for node in walk(dataset, enter=_is_dataset):
         if node.stage is not None:
-            stages.append([node.stage.name, _compact(node.stage.params)])
+            stages.append((node.stage.name, _compact(node.stage.params)))
         elif isinstance(node.obj, torch.utils.data.Subset):  # torch's own index map
-            stages.append(["Subset", _compact({"indices": [int(i) for i in node.obj.indices]})])
+            stages.append(("Subset", _compact({"indices": [int(i) for i in node.obj.indices]})))
     return stages
+
+
+def _text(name: str, params: dict[str, Any]) -> str:
+    return name + json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+def _parse(entry: str) -> tuple[str, Any]:
+    """``(name, params dict)`` of ``'shuffle{"seed":3}'``, or ``(name, digest str)`` of ``'shuffle#9d6f2b98'``."""
+    cut = min((k for k in (entry.find("{"), entry.find("#")) if k >= 0), default=len(entry))
+    name, rest = entry[:cut], entry[cut:]
+    if rest.startswith("{"):
+        try:
+            params = json.loads(rest)
+        except ValueError:
+            return name, rest
+        return name, params if isinstance(params, dict) else rest
+    return name, rest
 
 
 def record_positions(dataset: Any) -> dict[str, Any]:
@@ -75,18 +95,20 @@ def record_positions(dataset: Any) -> dict[str, Any]:
         dataset: the loader's dataset.
 
     Returns:
-        ``{"digest": hex, "stages": [[name, params or digest], ...]}`` in walk order (a stage
-        before its inputs); ``stages`` is ``[]`` when no stage describes itself (a list).
+        ``{"digest": hex, "stages": ['name{params as JSON}', ...]}`` in walk order (a stage
+        before its inputs; a list of str, which every checkpointer stores as it is);
+        ``stages`` is ``[]`` when no stage describes itself (a list).
 
     Example:
         >>> import seqloader
         >>> record_positions(seqloader.shuffle(list(range(10)), seed=3))["stages"]
-        [['shuffle', {'seed': 3}]]
+        ['shuffle{"seed":3}']
         >>> record_positions(seqloader.smap(str, list(range(10))))["stages"]   # a function: values only
-        [['smap', {}]]
+        ['smap{}']
     """
     stages = _stages(dataset)
-    out: dict[str, Any] = {"digest": digest(stages), "stages": stages}
+    out: dict[str, Any] = {"digest": digest([[name, params] for name, params in stages]),
+                           "stages": [_text(name, params) for name, params in stages]}
     chunk = 1
     while len(json.dumps(out["stages"], separators=(",", ":"))) > BUDGET:
         out["stages"] = _digested(stages, chunk)
@@ -100,17 +122,17 @@ def record_positions(dataset: Any) -> dict[str, Any]:
 GROUPS = 24
 
 
-def _digested(stages: list[list[Any]], chunk: int) -> list[list[Any]]:
-    """Runs of ``chunk`` consecutive stages, each as ``[names, digest of the run]``."""
+def _digested(stages: list[tuple[str, dict[str, Any]]], chunk: int) -> list[str]:
+    """Runs of ``chunk`` consecutive stages, each as ``'names#<digest of the run>'``."""
     out = []
     for k in range(0, len(stages), chunk):
         run = stages[k:k + chunk]
         names = run[0][0] if len(run) == 1 else f"{run[0][0]}..{run[-1][0]}"
-        out.append([names, digest(run[0][1] if chunk == 1 else run, 8)])
+        out.append(f"{names}#{digest(run[0][1] if chunk == 1 else [list(r) for r in run], 8)}")
     return out
 
 
-def _where(k: int, stages: list[list[Any]], chunk: int = 1) -> str:
+def _where(k: int, stages: list[tuple[str, Any]], chunk: int = 1) -> str:
     if chunk == 1:
         return f"stage {k} of {len(stages)} ({stages[k][0]})"
     return f"stages {k * chunk}..{k * chunk + chunk - 1} ({stages[k][0]})"
@@ -144,23 +166,24 @@ def check_positions(saved: Optional[dict[str, Any]], dataset: Any, check_files: 
     now = record_positions(dataset)
     if now["digest"] == saved["digest"]:
         return
-    old, chunk = saved["stages"], saved.get("chunk", 1)
+    chunk = saved.get("chunk", 1)
     full = _stages(dataset)
+    old = [_parse(e) for e in saved["stages"]]
     digested = chunk > 1 or any(isinstance(p, str) for _, p in old)
-    new = _digested(full, chunk) if digested else full
+    new = [_parse(e) for e in _digested(full, chunk)] if digested else full
     why = f"the stages differ (digest {saved['digest']} in the state_dict, {now['digest']} now)"
     for k, (a, b) in enumerate(zip(old, new)):
-        if a == b:
+        if tuple(a) == tuple(b):
             continue
         if a[0] != b[0]:
             why = f"stage {k} is {a[0]} in the state_dict but {b[0]} in this loader's dataset"
         elif isinstance(a[1], dict) and isinstance(b[1], dict):
-            keys = [key for key in list(a[1]) + [x for x in b[1] if x not in a[1]] if a[1].get(key) != b[1].get(key)]
-            key = keys[0]
+            keys = [key for key in list(b[1]) + [x for x in a[1] if x not in b[1]] if a[1].get(key) != b[1].get(key)]
+            key, also = keys[0], "".join(f", and {x!r}" for x in keys[1:])  # the op's own order
             why = (f"{_where(k, old, chunk)}: {key!r} is {shown(a[1].get(key))} in the state_dict but "
-                   f"{shown(b[1].get(key))} in this loader's dataset")
+                   f"{shown(b[1].get(key))} in this loader's dataset{also}")
         else:
-            why = f"{_where(k, old, chunk)}: its parameters differ (digest {a[1]} in the state_dict, {b[1]} now)"
+            why = f"{_where(k, old, chunk)}: its parameters differ ({a[1]} in the state_dict, {b[1]} now)"
         break
     else:
         if len(old) != len(new):

@@ -159,7 +159,7 @@ def _check_description(key: str, d: Any) -> None:
 
 
 def _check_positions(p: Any) -> None:
-    """``positions``: ``None`` or ``{"digest": hex, "stages": [[name, params dict or digest str], ...]}``."""
+    """``positions``: ``None`` or ``{"digest": hex, "stages": ['name{params}' or 'name#digest', ...]}``."""
     check_value(p is None or isinstance(p, dict) and set(p) in ({"digest", "stages"}, {"digest", "stages", "chunk"}),
                 "positions", p, "None or a dict with the keys 'digest' and 'stages' (and 'chunk')")
     if p is None:
@@ -168,11 +168,10 @@ def _check_positions(p: Any) -> None:
         check_int_in("positions.chunk", p["chunk"], low=1)
     check_value(isinstance(p["digest"], str) and len(p["digest"]) <= 64, "positions.digest", p["digest"],
                 "a str of hex digits")
-    check_value(isinstance(p["stages"], list), "positions.stages", p["stages"], "a list of [name, parameters]")
+    check_value(isinstance(p["stages"], list), "positions.stages", p["stages"], "a list of str")
     for k, stage in enumerate(p["stages"]):
-        check_value(isinstance(stage, list) and len(stage) == 2 and isinstance(stage[0], str)
-                    and isinstance(stage[1], (dict, str)), f"positions.stages[{k}]", stage,
-                    "a list [name, parameters (a dict, or a str digest)]")
+        check_value(isinstance(stage, str) and len(stage) <= 1024, f"positions.stages[{k}]", stage,
+                    "a str: a stage's name and its parameters")
 
 
 @dataclasses.dataclass(frozen=True)

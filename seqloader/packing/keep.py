@@ -40,7 +40,6 @@ def _check_mask(mask: Any, n: int) -> np.ndarray:
 
 class _Keep(IndexMap[T]):
     _op = "keep"
-    _packing_op = True
     _names: tuple[str, ...] = ("bits", "ends")
 
     def __init__(self, predicate: Union[Callable[[T], Any], Any], seq: Sequence[T], window: int, cache: bool,

@@ -84,7 +84,6 @@ def _check_params(length: Any, window: Any, method: Any, split: Any, overlong: A
 
 class _Pack(LazySequence[Item]):
     _op = "pack"
-    _packing_op = True
 
     def __init__(self, seq: Sequence[Any], p: _Params, lengths: Any, cache: bool, cache_dir: Optional[str]):
         self._n = check_sequence("pack", "seq", seq)

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from seqloader.errors import normalize_index
+from seqloader.sequences.stage import Stage
 
 __all__ = ["LazySequence", "IndexMap", "SliceView", "source_indices"]
 
@@ -141,9 +142,7 @@ class SliceView(IndexMap[T_co]):
             self._range = range(len(parent))[key]
 
 
-    def _position_stage(self) -> Any:  # a describe.Stage (describe imports this module)
-        from seqloader.sequences.describe import Stage
-
+    def _position_stage(self) -> Stage:
         r = self._range
         return Stage("slice", {"start": r.start, "stop": r.stop, "step": r.step}, (self._parent,))
 

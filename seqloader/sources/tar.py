@@ -6,7 +6,8 @@ shards' cumulative sample counts and read by offset: one read (a range request o
 storage) spanning its members. A batch groups its samples by shard, merges reads that are close
 together (remote shards: :data:`MERGE_GAP`; local ones: reads that touch) and, for remote
 shards, issues them ``num_threads`` at a time. A
-shard's content in a fingerprint is the digest of its member table (``members:<hex>``).
+shard's content in a fingerprint is the digest of its member table and of its first and last
+64 KiB (``members:<hex>+data:<hex>``, ``_sample``).
 """
 
 from __future__ import annotations

@@ -210,8 +210,8 @@ def test_a_keep_predicate_that_keeps_other_positions_under_its_old_name_is_refus
 def test_the_record_is_json_and_small_and_names_no_value():
     r = record_positions(seqloader.smap(plus_one, seqloader.shuffle(seqloader.keep(even, xs(), cache=False), seed=3)))
     assert json_round_trip(r) == r and len(json.dumps(r)) < 300
-    assert [name for name, _ in r["stages"]] == ["smap", "shuffle", "keep"]
-    assert r["stages"][0] == ["smap", {}] and r["stages"][1] == ["shuffle", {"seed": 3}]
+    assert [e.split("{")[0] for e in r["stages"]] == ["smap", "shuffle", "keep"]
+    assert r["stages"][0] == "smap{}" and r["stages"][1] == 'shuffle{"seed":3}' 
     assert "plus_one" not in json.dumps(r)
 
 
@@ -223,8 +223,8 @@ def test_a_long_pipeline_keeps_its_record_small_and_still_names_the_stage():
         return seq
 
     r = record_positions(deep(1))
-    assert len(json.dumps(r)) < 1024 and r["chunk"] == 6 and len(r["stages"]) == 10
-    with pytest.raises(ValueError, match=r"stages 24..29 \(shuffle..shuffle\): its parameters differ"):
+    assert len(json.dumps(r)) < 1024 and r["chunk"] == 3 and len(r["stages"]) == 20
+    with pytest.raises(ValueError, match=r"stages 27..29 \(shuffle..shuffle\): its parameters differ"):
         check_positions(r, deep(2))
     check_positions(r, deep(1))
     check_positions(json_round_trip(r), deep(1))
@@ -234,7 +234,7 @@ def test_a_long_pipeline_keeps_its_record_small_and_still_names_the_stage():
 
 def test_a_long_parameter_is_a_digest():
     r = record_positions(seqloader.mix([xs(10)] * 50, weights=list(range(1, 51))))
-    assert isinstance(r["stages"][0][1]["counts"], str) and r["stages"][0][1]["counts"].startswith("#")
+    assert json.loads(r["stages"][0][len("mix"):])["counts"].startswith("#")
     assert len(json.dumps(r)) < BUDGET + 200
 
 
@@ -248,7 +248,7 @@ def test_a_v4_state_has_no_record_and_loads_without_that_check():
 
 
 @pytest.mark.parametrize("bad", [{"digest": 3, "stages": []}, {"digest": "ab"}, {"digest": "ab", "stages": [["x"]]},
-                                 [1], {"digest": "ab", "stages": [[1, {}]]}])
+                                 [1], {"digest": "ab", "stages": [1]}, {"digest": "ab", "stages": [], "chunk": 0}])
 def test_a_malformed_record_is_refused_naming_the_key(bad):
     state = saved_after(xs())
     with pytest.raises(ValueError, match=r"'positions(\.\w+)?(\[0\])?' must be"):
