@@ -237,16 +237,20 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             state_dict: a dict from :meth:`state_dict` (possibly through JSON).
             check_files: compare the state's ``files`` with the files of every source of the
                 dataset (``smap(f, parquet(...))``, a ``mix`` of sources, a Dataset holding one:
-                see ``docs/resume.md``) and refuse other files. ``False`` resumes on other files
-                deliberately, such as the same data copied or downloaded again elsewhere: the
-                positions then mean the same items only if the files hold the same items.
+                see ``docs/resume.md``) and refuse other files, and compare its ``positions`` with
+                what decides the dataset's positions (each stage's parameters: ``keep``'s
+                predicate, ``pack``'s method, ``shuffle``'s seed, ...) and refuse another recipe.
+                ``False`` skips both: it resumes deliberately, such as on the same data copied or
+                downloaded again elsewhere; the positions then mean the same items only if the
+                files and the recipe do.
 
         Raises:
             TypeError: ``state_dict`` is not a dict.
             ValueError: unknown format or newer version, a malformed value (every int is checked
                 against ``2**63`` and the loader: a position inside the epoch, indices inside the
                 dataset), or a state saved for a different dataset, file list (naming the source
-                and the first file that differs), ``drop_last``, ``shuffle``, sampler kind, (for a
+                and the first file that differs), recipe (naming the stage and the parameter that
+                differ), ``drop_last``, ``shuffle``, sampler kind, (for a
                 custom ``batch_sampler`` or an ``IterableDataset``) batch size, or (for an
                 ``IterableDataset``) number of streams; the message names the key, the saved and
                 the current value. Another ``batch_size`` or world size resumes from the first

@@ -28,6 +28,7 @@ from seqloader.loader.recipe_control import RecipeControl
 from seqloader.loader.changes import RecipeChanges
 from seqloader.loader.seeding import DERIVATION
 from seqloader.loader.shuffle_sampler import SeekableSampler
+from seqloader.loader.positions import record_positions
 from seqloader.loader.source_files import describe_pipeline
 from seqloader.loader.state import STAGE, LoaderState
 from seqloader.orders.steps import schedule_of
@@ -102,6 +103,7 @@ class Reading:
         self.seed_world = seed_world
         self.control = RecipeControl(progress)
         self._files: Optional[list] = None
+        self._positions: Optional[dict] = None
 
     def owner(self) -> Any:
         """The sampler whose ``set_epoch`` the loader follows (a custom one's, or a seekable one), or ``None``."""
@@ -135,6 +137,12 @@ class Reading:
         if self._files is None:
             self._files = describe_pipeline(dataset)
         return self._files
+
+    def positions(self, dataset: Any) -> dict:
+        """What decides which sample a position is (computed once: the pipeline does not change)."""
+        if self._positions is None:
+            self._positions = record_positions(dataset)
+        return self._positions
 
     def load_sampler(self, saved: LoaderState) -> None:
         """Hand a seekable sampler its sub-state: the first change of a load, since it checks

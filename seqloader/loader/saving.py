@@ -24,6 +24,7 @@ from seqloader.loader import world
 from seqloader.loader.changes import RecipeChanges
 from seqloader.loader.progress import Progress
 from seqloader.loader.reading import Reading, Settings
+from seqloader.loader.positions import check_positions
 from seqloader.loader.source_files import check_pipeline_files
 from seqloader.loader.state import STAGE, IterableState, LoaderState, is_stateful
 
@@ -51,6 +52,7 @@ def state_of(loader: Settings, reading: Reading, progress: Progress) -> LoaderSt
     return LoaderState(
         seed=loader.seed, epoch=progress.epoch, position=progress.position, ahead=progress.ahead,
         step=progress.step, recipe=reading.control.changes.to_state(), files=reading.files(dataset),
+        positions=None if iterable else reading.positions(dataset),
         dataset_len=len_or_none(dataset), batch_size=loader.batch_size, drop_last=loader.drop_last,
         shuffle=bool(loader.shuffle) and not iterable, derivation=reading.derivation,
         sampler_len=None if iterable or reading.custom is None else len_or_none(reading.custom),
@@ -63,9 +65,10 @@ def check_loadable(saved: LoaderState, loader: Settings, reading: Reading, progr
                    check_files: bool) -> RecipeChanges:
     """Every check of a loaded state against the loader, before anything changes; returns the
     state's recipe changes, validated (see ``DataLoader.load_state_dict`` for what is refused)."""
+    check_pipeline_files(saved.files, loader.dataset, check_files)  # the files, then what the positions mean:
+    check_positions(saved.positions, loader.dataset, check_files)  # each names more than a length that differs
     check_matches(saved, state_of(loader, reading, progress), not reading.iterable and reading.batch_sampler is None)
     check_ahead(saved, world.current_world()[1])
-    check_pipeline_files(saved.files, loader.dataset, check_files)
     changes = reading.control.checked(saved.recipe, None if reading.iterable else reading.recipe(loader))
     if reading.custom is not None:
         reading.custom.check(saved)

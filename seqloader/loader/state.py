@@ -1,19 +1,20 @@
 """The loader's resume state: the one module that builds, reads, validates and migrates it.
 
-One concept, the state's format: :class:`LoaderState` (its keys, versions and migrations), the
-value checks of every key (every int below ``2**63``: :func:`check_int_in`, formerly
-``validation.py``) and :class:`IterableState`, the entry of each worker stream of an
-``IterableDataset`` (formerly ``stream_state.py``), which are parts of that format. How a state
+One concept, the state's format: :class:`LoaderState` (its keys, versions and migrations). Its
+parts live beside it and are re-exported here: the value checks of every key (every int below
+``2**63``: :func:`check_int_in`, :mod:`seqloader.loader.state_values`) and :class:`IterableState`,
+the entry of each worker stream of an ``IterableDataset`` (:mod:`seqloader.loader.iterable_state`). How a state
 meets a loader (built from its parts, checked against them, loaded into them) is another concept:
 :mod:`seqloader.loader.saving`.
 
 A state is a small dict of JSON types (see ``docs/design.md``, "Loader state: format and versions")::
 
-    {"format": "seqloader.DataLoader", "version": 4, "seed": 1234, "epoch": 2,
+    {"format": "seqloader.DataLoader", "version": 5, "seed": 1234, "epoch": 2,
      "position": 40960, "ahead": [], "step": 2140, "dataset_len": 50000, "batch_size": 64,
      "drop_last": False, "shuffle": True, "derivation": 2, "sampler_len": None,
      "sampler_epoch": None, "sampler": None, "dataset": None, "iterable": None,
-     "recipe": None, "files": [], "saved_with": {"num_workers": 4, "world_size": 8, "seqloader": "0.4.0"}}
+     "recipe": None, "files": [], "positions": {"digest": "4f53cda18c2baa0c", "stages": []},
+     "saved_with": {"num_workers": 4, "world_size": 8, "seqloader": "0.4.0"}}
 
 Every key is described in that section's table. In short: ``position`` counts samples of the
 epoch's *global* order already yielded (all ranks together; with ``in_order=False`` it is the
@@ -24,7 +25,8 @@ loaded state keeps its own); ``sampler_len``, ``sampler_epoch``, ``sampler`` and
 describe a user's sampler and dataset (their verbatim ``state_dict()`` when they have one);
 ``iterable`` holds one :class:`IterableState` entry per worker stream of an ``IterableDataset``;
 ``recipe`` the run's changes (:mod:`seqloader.loader.changes`); ``files`` the fingerprint of the
-file list of every source in the pipeline; ``saved_with`` is informational (and names the release).
+file list of every source in the pipeline; ``positions`` what decides which sample a position is
+(each stage's name and parameters, :mod:`seqloader.loader.positions`); ``saved_with`` is informational (and names the release).
 
 :meth:`LoaderState.from_dict` validates everything (types, format, version, and every int within
 ``[0, 2**63)``: :func:`check_int_in`) and upgrades old versions one step at a time through :data:`_MIGRATIONS`
@@ -36,170 +38,33 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import reprlib
 from typing import Any, Callable, Optional
 
 from seqloader import __version__  # the package's one version source (a str; seqloader/__init__ imports nothing)
+from seqloader.loader.iterable_state import IterableState
+from seqloader.loader.state_values import INT_LIMIT, STAGE, check_int_in, check_value, is_int, is_int_in, shown
 
 __all__ = ["FORMAT", "INT_LIMIT", "KEYS", "STAGE", "VERSION", "IterableState", "LoaderState", "check_int_in",
            "check_value", "is_int", "is_int_in", "is_stateful", "reader", "shown"]
-
-# -- the value checks of a state ------------------------------------------------------------------
-
-#: The stage named in every error of a state that cannot be loaded.
-STAGE = "load_state_dict"
-#: Every int of a state is below this bound (int64).
-INT_LIMIT = 2**63
-
-_short = reprlib.Repr()
-_short.maxlist = _short.maxdict = _short.maxtuple = 8
-_short.maxstring = _short.maxother = 120
-_short.maxlevel = 4
-
-
-def is_int(v: Any) -> bool:
-    """An int that is not a bool."""
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def is_int_in(v: Any, low: int = 0) -> bool:
-    """An int (not a bool) in ``[low, 2**63)``.
-
-    Example:
-        >>> is_int_in(3), is_int_in(-1), is_int_in(2**63), is_int_in(-1, low=-2**63), is_int_in(True)
-        (True, False, False, True, False)
-    """
-    return is_int(v) and low <= v < INT_LIMIT
-
-
-def shown(value: Any) -> str:
-    """``repr(value)`` for a message, cut short (long lists, deep nesting, ints of thousands of digits).
-
-    Example:
-        >>> shown(10**30), shown(10**5000), shown(list(range(100)))
-        ('1000000000000000000000000000000', 'an int of 16610 bits', '[0, 1, 2, 3, 4, 5, 6, 7, ...]')
-    """
-    if is_int(value) and value.bit_length() > 128:
-        return f"an int of {value.bit_length()} bits"
-    try:
-        return _short.repr(value)
-    except Exception:  # a huge int nested in a list, a __repr__ that raises
-        return f"a {type(value).__name__}"
-
-
-def check_value(cond: bool, key: str, value: Any, expected: str) -> None:
-    """``ValueError: load_state_dict: '<key>' must be <expected> (got <value>)`` unless ``cond``."""
-    if not cond:
-        raise ValueError(f"{STAGE}: {key!r} must be {expected} (got {shown(value)})")
-
-
-def check_int_in(key: str, value: Any, low: int = 0, none_ok: bool = False) -> None:
-    """``value`` is an int in ``[low, 2**63)`` (or ``None`` when ``none_ok``), else ``ValueError``
-    naming ``key``.
-
-    Example:
-        >>> check_int_in("epoch", 3); check_int_in("epoch", 10**30)
-        Traceback (most recent call last):
-        ValueError: load_state_dict: 'epoch' must be a non-negative int < 2**63 (got 1000000000000000000000000000000)
-    """
-    if none_ok and value is None:
-        return
-    what = {0: "a non-negative int", 1: "a positive int"}.get(low, f"an int >= {low}")
-    check_value(is_int_in(value, low), key, value, ("None or " if none_ok else "") + what + " < 2**63")
-
-
-# -- the streams of an IterableDataset --------------------------------------------------------------
-
-@dataclasses.dataclass
-class IterableState:
-    """Where each worker stream of an ``IterableDataset`` stands (mutable: iterators update it).
-
-    Batch ``i`` of an epoch is read from stream ``i % len(workers)`` (torch's round-robin); the
-    loader's ``position`` is the next ``i``. Each stream's ``state`` is
-    ``{"dataset": <dataset.state_dict()>, "iterator": <iter(dataset).state_dict()>}`` (either may
-    be ``None``; the iterator's when ``__iter__`` returns ``self``) taken after its latest batch,
-    or ``None`` when neither has a ``state_dict``.
-
-    Attributes:
-        workers: one dict per stream (one stream at ``num_workers=0``), each
-            ``{"batches": int, "state": dict or None, "exhausted": bool}``.
-
-    Example:
-        >>> s = IterableState.fresh(2); s.record(0, batches=1, state={"dataset": {"i": 4}, "iterator": None})
-        >>> s.to_dict()["workers"][0]
-        {'batches': 1, 'state': {'dataset': {'i': 4}, 'iterator': None}, 'exhausted': False}
-        >>> IterableState.from_dict(s.to_dict()) == s, s.started
-        (True, True)
-    """
-
-    workers: list[dict[str, Any]]
-
-    @classmethod
-    def fresh(cls, streams: int) -> "IterableState":
-        """The state before any batch of ``streams`` worker streams."""
-        return cls([{"batches": 0, "state": None, "exhausted": False} for _ in range(streams)])
-
-    @property
-    def started(self) -> bool:
-        """Whether any stream has yielded a batch or ended."""
-        return any(w["batches"] or w["exhausted"] for w in self.workers)
-
-    def record(self, worker: int, batches: int, state: Any) -> None:
-        """Stream ``worker`` has yielded ``batches`` batches, after which its state is ``state``."""
-        w = self.workers[worker]
-        w["batches"], w["state"] = batches, state
-
-    def mark_exhausted(self, worker: int, state: Any) -> None:
-        """Stream ``worker`` has ended, its final state being ``state``."""
-        w = self.workers[worker]
-        w["exhausted"], w["state"] = True, state
-
-    def carried(self) -> "IterableState":
-        """The next epoch's start when the same dataset objects go on (persistent workers, or
-        ``num_workers=0``): no batch yet, each stream's latest state kept for a resume."""
-        return IterableState([{"batches": 0, "state": copy.deepcopy(w["state"]), "exhausted": False}
-                              for w in self.workers])
-
-    def copy(self) -> "IterableState":
-        """An independent copy (sub-states deep-copied)."""
-        return IterableState(copy.deepcopy(self.workers))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"workers": [dict(w) for w in self.workers]}
-
-    @classmethod
-    def from_dict(cls, d: Any) -> "IterableState":
-        check_value(isinstance(d, dict) and set(d) == {"workers"}, "iterable", d,
-                    "None or a dict with the key 'workers'")
-        workers = d["workers"]
-        check_value(isinstance(workers, list) and len(workers) > 0, "iterable.workers", workers,
-                    "a non-empty list")
-        for w in workers:
-            check_value(isinstance(w, dict) and set(w) == {"batches", "state", "exhausted"},
-                        "iterable.workers[]", w, "a dict with keys 'batches', 'state', 'exhausted'")
-            check_int_in("iterable.workers[].batches", w["batches"])
-            check_value(isinstance(w["exhausted"], bool), "iterable.workers[].exhausted", w["exhausted"],
-                        "a bool")
-            check_value(w["state"] is None or isinstance(w["state"], dict) and set(w["state"]) == {"dataset", "iterator"},
-                        "iterable.workers[].state", w["state"], "None or a dict with keys 'dataset', 'iterator'")
-        return cls(copy.deepcopy(workers))
-
 
 # -- the format ------------------------------------------------------------------------------------
 
 #: The value of the ``"format"`` key.
 FORMAT = "seqloader.DataLoader"
 #: The current version; bumped whenever the meaning of a key changes.
-VERSION = 4
+VERSION = 5
 #: The derivations of orders and seeds a state may name (``seqloader/loader/seeding.py``).
 DERIVATIONS = (1, 2)
 #: The keys of a version-:data:`VERSION` state, in order.
 KEYS = ("format", "version", "seed", "epoch", "position", "ahead", "step", "dataset_len", "batch_size",
         "drop_last", "shuffle", "derivation", "sampler_len", "sampler_epoch", "sampler", "dataset",
-        "iterable", "recipe", "files", "saved_with")
+        "iterable", "recipe", "files", "positions", "saved_with")
 
 #: The mark of a version-3 fingerprint (of paths and modification times) in a migrated state.
 LEGACY_FINGERPRINT = "v3:"
+#: The mark of a version-4 fingerprint (of footers and member tables, without the data's first and
+#: last bytes) in a migrated state: compared with the files' contents cut to what version 4 saw.
+V4_FINGERPRINT = "v4:"
 
 #: ``_MIGRATIONS[v]`` turns a version-``v`` dict into a version-``v + 1`` dict (a new dict; releases: CHANGELOG.md).
 #: 1 -> 2: the derivation of orders and seeds became a key (version 1 meant derivation 1); the epoch
@@ -214,6 +79,10 @@ LEGACY_FINGERPRINT = "v3:"
 #: absolute paths and modification times, which cannot be compared with it): a description
 #: becomes a one-element list whose fingerprint is marked ``"v3:"`` (loading it raises, naming the
 #: ``check_files=False`` override), ``None`` stays ``None`` (not recorded: not checked).
+#: 4 -> 5: ``positions`` (what decides which sample a position is: :mod:`seqloader.loader.positions`)
+#: is a new key; a version-4 state has no record (``None``: loaded without that check). A file's
+#: content also covers the data's first and last bytes (``footer:<hex>+data:<hex>``): a version-4
+#: description's fingerprint is marked ``"v4:"`` and compared with the contents cut to what version 4 saw.
 _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
@@ -228,7 +97,7 @@ def is_stateful(obj: Any) -> bool:
 
 
 def reader() -> str:
-    """``'seqloader 0.4.0 reads state_dict versions 1-4'``: named wherever a state's version is refused."""
+    """``'seqloader 0.4.0 reads state_dict versions 1-5'``: named wherever a state's version is refused."""
     return f"seqloader {__version__} reads state_dict versions {min(_MIGRATIONS, default=VERSION)}-{VERSION}"
 
 
@@ -260,6 +129,15 @@ def _migrate_3_to_4(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "version": 4, "files": files}
 
 
+def _migrate_4_to_5(d: dict[str, Any]) -> dict[str, Any]:
+    files = d.get("files")
+    if isinstance(files, list):  # what is malformed is left for from_dict to name
+        files = [{**f, "fingerprint": f"{V4_FINGERPRINT}{f['fingerprint']}"}
+                 if isinstance(f, dict) and isinstance(f.get("fingerprint"), str)
+                 and not f["fingerprint"].startswith(LEGACY_FINGERPRINT) else f for f in files]
+    return {**d, "version": 5, "files": files, "positions": None}
+
+
 #: The keys of a source's file-list description (``seqloader.sources.fingerprint.describe_files``):
 #: those it always has, and those it may have.
 DESCRIPTION_KEYS = ({"files", "fingerprint"}, {"files", "fingerprint", "chunk", "chunks"})
@@ -280,6 +158,22 @@ def _check_description(key: str, d: Any) -> None:
                     d["chunks"], "a list of str")
 
 
+def _check_positions(p: Any) -> None:
+    """``positions``: ``None`` or ``{"digest": hex, "stages": ['name{params}' or 'name#digest', ...]}``."""
+    check_value(p is None or isinstance(p, dict) and set(p) in ({"digest", "stages"}, {"digest", "stages", "chunk"}),
+                "positions", p, "None or a dict with the keys 'digest' and 'stages' (and 'chunk')")
+    if p is None:
+        return
+    if "chunk" in p:
+        check_int_in("positions.chunk", p["chunk"], low=1)
+    check_value(isinstance(p["digest"], str) and len(p["digest"]) <= 64, "positions.digest", p["digest"],
+                "a str of hex digits")
+    check_value(isinstance(p["stages"], list), "positions.stages", p["stages"], "a list of str")
+    for k, stage in enumerate(p["stages"]):
+        check_value(isinstance(stage, str) and len(stage) <= 1024, f"positions.stages[{k}]", stage,
+                    "a str: a stage's name and its parameters")
+
+
 @dataclasses.dataclass(frozen=True)
 class LoaderState:
     """A validated, immutable loader state; :meth:`to_dict` gives the public dict.
@@ -292,7 +186,7 @@ class LoaderState:
         (True, {'seqloader': '...'})
         >>> LoaderState.from_dict({**d, "version": 99})
         Traceback (most recent call last):
-        ValueError: load_state_dict: this state_dict has version 99, newer than this seqloader's version 4 (seqloader ... reads state_dict versions 1-4); upgrade seqloader to load it
+        ValueError: load_state_dict: this state_dict has version 99, newer than this seqloader's version 5 (seqloader ... reads state_dict versions 1-5); upgrade seqloader to load it
     """
 
     seed: int
@@ -312,6 +206,7 @@ class LoaderState:
     iterable: Optional[IterableState] = None
     recipe: Optional[dict[str, Any]] = None
     files: Optional[list[dict[str, Any]]] = dataclasses.field(default_factory=list)
+    positions: Optional[dict[str, Any]] = None
     saved_with: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -326,6 +221,7 @@ class LoaderState:
             "sampler_epoch": self.sampler_epoch, "sampler": self.sampler, "dataset": self.dataset,
             "iterable": None if self.iterable is None else self.iterable.to_dict(),
             "recipe": self.recipe, "files": None if self.files is None else [dict(f) for f in self.files],
+            "positions": None if self.positions is None else copy.deepcopy(self.positions),
             "saved_with": {**self.saved_with, "seqloader": self.saved_with.get("seqloader", __version__)},
         }
 
@@ -384,12 +280,14 @@ class LoaderState:
                     "None or a list of file-list descriptions (one per source)")
         for k, description in enumerate(d["files"] or ()):
             _check_description(f"files[{k}]", description)
+        _check_positions(d["positions"])
         iterable = None if d["iterable"] is None else IterableState.from_dict(d["iterable"])
         return cls(seed=d["seed"], epoch=d["epoch"], position=d["position"],
                    dataset_len=d["dataset_len"], batch_size=d["batch_size"],
                    drop_last=d["drop_last"], shuffle=d["shuffle"], derivation=d["derivation"],
                    ahead=tuple(d["ahead"]), step=d["step"], recipe=d["recipe"],
                    files=None if d["files"] is None else [dict(f) for f in d["files"]],
+                   positions=None if d["positions"] is None else copy.deepcopy(d["positions"]),
                    sampler_len=d["sampler_len"], sampler_epoch=d["sampler_epoch"],
                    sampler=d["sampler"],
                    dataset=d["dataset"], iterable=iterable, saved_with=dict(d["saved_with"]))
@@ -398,3 +296,4 @@ class LoaderState:
 _MIGRATIONS[1] = _migrate_1_to_2
 _MIGRATIONS[2] = _migrate_2_to_3
 _MIGRATIONS[3] = _migrate_3_to_4
+_MIGRATIONS[4] = _migrate_4_to_5

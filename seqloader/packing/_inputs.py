@@ -1,20 +1,24 @@
 """What an index is built from: the input's description, its items read window by window, lengths.
 
-An index file is keyed by a description of the input pipeline, made by pickling it into a hash
-(never stored, never unpickled) with three substitutions:
+An index file is keyed by a description of the input pipeline: a digest of the one walk of it
+(:func:`seqloader.sequences.describe.walk`), each stage answering for itself. Each object reached
+adds, at its depth in the walk:
 
-* a data source (anything with ``fingerprint()`` and ``files()``, e.g. ``seqloader.parquet``) is
-  described by its class, ``repr`` and file paths (location), plus its ``fingerprint()`` (the
-  files' sizes and versions) and its own pickled settings (content);
-* a function (``smap``'s ``f``, a predicate) by its module and name (location), plus its
+* a stage (``shuffle``, ``pack``, ``keep``, ...): its name and the parameters that decide its
+  positions, and what changes its values (``smap``'s function, ``rng_map``'s seed, ``pad_id``):
+  a predicate reads values, so they are part of what an index over them depends on;
+* a data source (a stage that says it is one, e.g. ``seqloader.parquet``): its class, ``repr``
+  and file paths (location), plus its ``fingerprint()`` (the files' sizes and contents) and its
+  own pickled settings (content);
+* a function (anywhere: a stage's values, a leaf) by its module and name (location), plus its
   bytecode, constants, defaults and closure (content): editing a lambda changes the content;
-* a ``pack``/``keep`` by its own description.
+* an object the walk looks into (a user's Dataset class, a short list): its class;
+* anything else (in-memory data: a long list of token arrays, an array) pickled as is.
 
-Anything else is pickled as is (op parameters such as ``gather``'s indices and ``shuffle``'s seed
-are part of the description). A pipeline that does not pickle, or holds more than
-:data:`MAX_DESCRIBED` bytes of in-memory data (a list of token arrays), has no description: its
-index is built in memory and not cached. What a description cannot see: a function's globals or
-files it reads; change the function's name (or pass ``cache=False``) when those change.
+A pipeline that does not pickle, or holds more than :data:`MAX_DESCRIBED` bytes of in-memory
+data, has no description: its index is built in memory and not cached. What a description cannot
+see: a function's globals or files it reads; change the function's name (or pass ``cache=False``)
+when those change.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import json
 import pickle
 import types
 from typing import Any, Callable, Optional, Sequence
@@ -30,6 +35,8 @@ import numpy as np
 
 from seqloader.errors import note_stage
 from seqloader.sequences._util import fname, read
+from seqloader.sequences.base import LazySequence
+from seqloader.sequences.describe import Node, describe_stage, walk
 
 __all__ = ["MAX_DESCRIBED", "callable_digest", "check_lengths", "describe", "read_items", "read_lengths"]
 
@@ -96,9 +103,9 @@ def callable_digest(f: Callable[..., Any]) -> str:
 
 
 class _Describer(pickle.Pickler):
-    def __init__(self, sink: _Sink, content: bool, root: Any):
+    def __init__(self, sink: _Sink, content: bool, root: Any, walked: bool = False):
         super().__init__(sink, protocol=5, buffer_callback=self._buffer)
-        self._sink, self._content, self._root = sink, content, root
+        self._sink, self._content, self._root, self._walked = sink, content, root, walked
 
     def _buffer(self, buf: pickle.PickleBuffer) -> bool:
         self._sink.write(buf.raw())
@@ -107,28 +114,63 @@ class _Describer(pickle.Pickler):
     def persistent_id(self, obj: Any) -> Any:
         if obj is self._root or isinstance(obj, (int, float, str, bytes, bool, type(None), tuple, list, dict, type)):
             return None
-        own = getattr(obj, "_describe", None)
-        if own is not None and hasattr(obj, "_packing_op"):
-            return ("seqloader.packing", own(self._content))
-        if callable(getattr(obj, "fingerprint", None)) and callable(getattr(obj, "files", None)):
-            paths = list(obj.paths()) if callable(getattr(obj, "paths", None)) else [f[0] for f in obj.files()]
-            if not self._content:
-                return ("source", type(obj).__qualname__, repr(obj), paths)
-            return ("source", type(obj).__qualname__, repr(obj), obj.fingerprint(), _describe_any(obj, True, root=obj))
-        if isinstance(obj, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)):
-            return ("callable", callable_digest(obj) if self._content else f"{getattr(obj, '__module__', '')}.{fname(obj)}")
+        if isinstance(obj, _FUNCTIONS):
+            return ("callable", _callable(obj, self._content))
+        if self._walked and (isinstance(obj, LazySequence) or describe_stage(obj) is not None):
+            return ("walked",)  # the walk describes it, in its place
         return None
 
 
-def _describe_any(obj: Any, content: bool, root: Any = None) -> str:
-    sink = _Sink(MAX_DESCRIBED)
-    _Describer(sink, content, root).dump(obj)
+_FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
+
+
+def _callable(f: Any, content: bool) -> str:
+    return callable_digest(f) if content else f"{getattr(f, '__module__', '')}.{fname(f)}"
+
+
+def _describe_any(obj: Any, content: bool, root: Any = None, sink: Optional[_Sink] = None,
+                  walked: bool = False) -> str:
+    sink = sink or _Sink(MAX_DESCRIBED)
+    _Describer(sink, content, root, walked).dump(obj)
     return sink.h.hexdigest()[:32]
+
+
+def _value(obj: Any, content: bool, sink: _Sink) -> None:
+    """A leaf or a stage's value into ``sink``: a function by its digest, anything else pickled."""
+    if isinstance(obj, _FUNCTIONS):
+        sink.write(_callable(obj, content).encode())
+    else:
+        _describe_any(obj, content, root=obj if _is_callable_object(obj) else None, sink=sink)
+
+
+def _is_callable_object(obj: Any) -> bool:
+    return callable(obj) and not isinstance(obj, type)
+
+
+def _node(node: Node, content: bool, sink: _Sink) -> None:
+    stage, obj = node.stage, node.obj
+    sink.write(f"|{node.depth}|".encode())
+    if stage is not None and stage.source:
+        paths = list(obj.paths()) if callable(getattr(obj, "paths", None)) else [f[0] for f in obj.files()]
+        sink.write(json.dumps(["source", type(obj).__qualname__, repr(obj), paths if not content else
+                               obj.fingerprint()], default=repr).encode())
+        if content:
+            _describe_any(obj, True, root=obj, sink=sink)
+    elif stage is not None:
+        sink.write(json.dumps([stage.name, stage.params], sort_keys=True, default=repr).encode())
+        for v in stage.values:
+            _value(v, content, sink)
+    elif node.entered and isinstance(obj, (list, tuple, dict)):
+        sink.write(f"{type(obj).__name__}:{len(obj)}".encode())
+    elif node.entered:  # a user's object: its own pickled form, what the walk describes left out
+        _describe_any(obj, content, root=obj, sink=sink, walked=True)
+    else:
+        _value(obj, content, sink)
 
 
 def describe(seq: Any, content: bool) -> tuple[Optional[str], str]:
     """``(digest, "")`` describing ``seq``'s location (``content=False``) or content, or
-    ``(None, why)`` when it cannot be described.
+    ``(None, why)`` when it cannot be described (see the module docstring).
 
     Example:
         >>> describe(range(10), content=True)[0] == describe(range(10), content=True)[0]
@@ -137,8 +179,11 @@ def describe(seq: Any, content: bool) -> tuple[Optional[str], str]:
         >>> describe([threading.Lock()], content=True)
         (None, "the input cannot be described (TypeError: cannot pickle '_thread.lock' object)")
     """
+    sink = _Sink(MAX_DESCRIBED)
     try:
-        return _describe_any(seq, content), ""
+        for node in walk(seq):
+            _node(node, content, sink)
+        return sink.h.hexdigest()[:32], ""
     except _TooLarge:
         return None, f"the input holds more than {MAX_DESCRIBED >> 20} MiB of in-memory data"
     except Exception as exc:  # whatever pickling raises: the pipeline is not describable

@@ -18,9 +18,10 @@ import numpy as np
 from seqloader.errors import check_positive_int, normalize_index, note_stage
 from seqloader.packing._index import IndexHolder
 from seqloader.packing._inputs import describe, read_items
-from seqloader.packing._store import array_digest, json_digest
+from seqloader.packing._store import array_digest
 from seqloader.sequences._util import check_bool, check_sequence, fname
 from seqloader.sequences.base import IndexMap, LazySequence, Positions
+from seqloader.sequences.describe import Stage, digest, function_name
 
 __all__ = ["keep"]
 
@@ -39,7 +40,6 @@ def _check_mask(mask: Any, n: int) -> np.ndarray:
 
 class _Keep(IndexMap[T]):
     _op = "keep"
-    _packing_op = True
     _names: tuple[str, ...] = ("bits", "ends")
 
     def __init__(self, predicate: Union[Callable[[T], Any], Any], seq: Sequence[T], window: int, cache: bool,
@@ -56,21 +56,18 @@ class _Keep(IndexMap[T]):
         if cache_dir is not None and not isinstance(cache_dir, str):
             raise TypeError(f"keep: cache_dir must be a str or None (got {type(cache_dir).__name__})")
         self._holder = IndexHolder(cache, cache_dir)
+        self._kept: Optional[str] = None  # the digest of the kept positions, once asked for
 
     # -- the index ------------------------------------------------------------------------------
 
-    def _describe(self, content: bool) -> str:
-        inner, why = describe(self._parent, content)
-        if inner is None:
-            raise ValueError(why)
-        if self._predicate is None:
-            assert self._mask is not None
-            what: Optional[str] = array_digest(self._mask) if content else "mask"
-        else:
-            what, why = describe(self._predicate, content)
-            if what is None:
-                raise ValueError(why)
-        return json_digest({"op": "keep", "window": self._window, "input": inner, "predicate": what})
+    def _position_stage(self) -> Stage:
+        """Which input items the positions are: the predicate (by name, or a mask), the window, and a
+        digest of the kept positions (of the index, obtained if it was not yet)."""
+        if self._kept is None:
+            self._kept = digest(array_digest(self._index()[0]).encode(), 12)
+        predicate = "mask" if self._predicate is None else function_name(self._predicate)
+        return Stage("keep", {"predicate": predicate, "window": self._window, "kept": self._kept}, (self._parent,),
+                     values=(self._mask if self._predicate is None else self._predicate,))
 
     def _key(self) -> tuple[dict[str, Any], Optional[dict[str, Any]], str]:
         location = {"op": "keep", "window": self._window, "n": self._n}
@@ -195,11 +192,12 @@ class _Keep(IndexMap[T]):
 
     def __getstate__(self) -> dict[str, Any]:
         return {"parent": self._parent, "window": self._window, "predicate": self._predicate, "mask": self._mask,
-                "holder": self._holder, "n": self._n}
+                "holder": self._holder, "n": self._n, "kept": self._kept}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._parent, self._window, self._n = state["parent"], state["window"], state["n"]
         self._predicate, self._mask, self._holder = state["predicate"], state["mask"], state["holder"]
+        self._kept = state.get("kept")
 
     def __repr__(self) -> str:
         what = fname(self._predicate) if self._predicate is not None else "mask"

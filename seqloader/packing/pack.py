@@ -26,9 +26,10 @@ from seqloader.errors import check_int, check_positive_int, normalize_index, not
 from seqloader.packing import _bins
 from seqloader.packing._index import IndexHolder
 from seqloader.packing._inputs import check_lengths, describe, read_items, read_lengths
-from seqloader.packing._store import array_digest, json_digest
+from seqloader.packing._store import array_digest
 from seqloader.sequences._util import check_bool, check_sequence, read
 from seqloader.sequences.base import LazySequence
+from seqloader.sequences.describe import Stage, digest
 
 __all__ = ["pack"]
 
@@ -83,7 +84,6 @@ def _check_params(length: Any, window: Any, method: Any, split: Any, overlong: A
 
 class _Pack(LazySequence[Item]):
     _op = "pack"
-    _packing_op = True
 
     def __init__(self, seq: Sequence[Any], p: _Params, lengths: Any, cache: bool, cache_dir: Optional[str]):
         self._n = check_sequence("pack", "seq", seq)
@@ -93,6 +93,7 @@ class _Pack(LazySequence[Item]):
         if cache_dir is not None and not isinstance(cache_dir, str):
             raise TypeError(f"pack: cache_dir must be a str or None (got {type(cache_dir).__name__})")
         self._holder = IndexHolder(cache, cache_dir)
+        self._lengths: Optional[str] = None  # the digest of the documents' lengths, once asked for
 
     # -- the index (see _index.IndexHolder) -----------------------------------------------------
 
@@ -101,13 +102,13 @@ class _Pack(LazySequence[Item]):
         names = ("ends",) if self._p.split else ("ends", "piece_ends", "bins")
         return names if self._given is not None else (*names, "lengths")
 
-    def _describe(self, content: bool) -> str:
-        """This op in the description of a pipeline above it (``_inputs``)."""
-        lengths = "argument" if self._given is None else array_digest(self._given) if content else "given"
-        inner, why = describe(self._seq, content)
-        if inner is None:
-            raise ValueError(why)
-        return json_digest({"op": "pack", "params": self._p.indexed(), "lengths": lengths, "input": inner})
+    def _position_stage(self) -> Stage:
+        """Which documents item ``j`` holds: the indexed parameters and a digest of the documents'
+        lengths (of the index, obtained if it was not yet); ``pad_id`` and ``dtype`` change values only."""
+        if self._lengths is None:
+            self._lengths = digest(array_digest(self._index().lengths).encode(), 12)
+        return Stage("pack", {**self._p.indexed(), "lengths": self._lengths}, (self._seq,),
+                     values=(self._p.pad_id, str(self._p.dtype)))
 
     def _key(self) -> tuple[dict[str, Any], Optional[dict[str, Any]], str]:
         location = {"op": "pack", "params": self._p.indexed(), "n": self._n}

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from seqloader.errors import normalize_index
+from seqloader.sequences.stage import Stage
 
 __all__ = ["LazySequence", "IndexMap", "SliceView", "source_indices"]
 
@@ -139,6 +140,11 @@ class SliceView(IndexMap[T_co]):
         else:
             self._parent = parent
             self._range = range(len(parent))[key]
+
+
+    def _position_stage(self) -> Stage:
+        r = self._range
+        return Stage("slice", {"start": r.start, "stop": r.stop, "step": r.step}, (self._parent,))
 
     def __len__(self) -> int:
         return len(self._range)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence, TypeVar
 
+import numpy as np
+
 from seqloader.orders.block_permutation import BlockPermutation, check_block_ends, check_window
 from seqloader.errors import check_positive_int
 from seqloader.rng import check_seed
 from seqloader.sequences._util import check_sequence
 from seqloader.sequences.base import IndexMap, LazySequence, Positions
+from seqloader.sequences.describe import Stage, digest
 
 __all__ = ["block_shuffle"]
 
@@ -44,6 +47,13 @@ class _BlockShuffle(IndexMap[T]):
         chunk = check_positive_int("block_shuffle", "chunk", chunk)
         self._perm = BlockPermutation(ends, window, seed, lanes, chunk)
         self._parent = seq
+
+
+    def _position_stage(self) -> Stage:
+        p = self._perm
+        return Stage("block_shuffle", {"window": p._window, "seed": p._seed, "lanes": p._lanes, "chunk": p._chunk,
+                                       "blocks": digest(np.asarray(p._ends, dtype=np.int64).tobytes(), 12)},
+                     (self._parent,))
 
     def __len__(self) -> int:
         return self._perm.n

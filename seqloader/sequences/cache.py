@@ -18,6 +18,7 @@ from typing import Any, Generic, Sequence, TypeVar
 from seqloader.errors import check_positive_int
 from seqloader.sequences._util import check_sequence, read
 from seqloader.sequences.base import LazySequence
+from seqloader.sequences.describe import Stage
 
 __all__ = ["add_cache"]
 
@@ -56,6 +57,10 @@ class _Cache(LazySequence[T]):
             raise ValueError(f"add_cache: cache_size must be < 2**63 (got {self._cache_size})")
         self._seq = seq
         self._state: _State[T] = _State()
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("add_cache", {}, (self._seq,))
 
     def __len__(self) -> int:
         return self._len

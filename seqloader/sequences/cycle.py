@@ -16,6 +16,7 @@ import numpy as np
 from seqloader.errors import check_nonnegative_int
 from seqloader.sequences._util import check_sequence
 from seqloader.sequences.base import IndexMap, LazySequence, Positions
+from seqloader.sequences.describe import Stage
 
 __all__ = ["cycle"]
 
@@ -35,6 +36,10 @@ class _Cycle(IndexMap[T]):
             raise ValueError(f"cycle: seq is empty, so it cannot fill limit={self._limit} items")
         self._parent = seq
         self._n = n
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("cycle", {"limit": self._limit, "of": self._n}, (self._parent,))
 
     def __len__(self) -> int:
         return self._limit

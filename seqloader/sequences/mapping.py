@@ -18,6 +18,7 @@ from seqloader.rng import check_seed, item_rng
 from seqloader.sequences import stage_times
 from seqloader.sequences._util import check_callable, check_sequence, fname, read
 from seqloader.sequences.base import LazySequence
+from seqloader.sequences.describe import Stage
 
 __all__ = ["smap", "rng_map"]
 
@@ -38,6 +39,10 @@ class _Smap(LazySequence[R]):
         self._seqs = tuple(seqs)
         self._len = lens[0]
         self._stage = f"smap({fname(f)})"  # its name in the per-stage timing
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("smap", {}, self._seqs, values=(self._f,))  # the function changes values only
 
     def __len__(self) -> int:
         return self._len
@@ -133,6 +138,10 @@ class _RngMap(LazySequence[R], Generic[T, R]):
         self._f = f
         self._seq = seq
         self._stage = f"rng_map({fname(f)})"  # its name in the per-stage timing
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("rng_map", {}, (self._seq,), values=(self._f, self._seed))  # values only
 
     def __len__(self) -> int:
         return self._len

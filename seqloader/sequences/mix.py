@@ -27,6 +27,7 @@ from seqloader.rng import check_seed, derive_seed
 from seqloader.sequences._util import check_sequence, read
 from seqloader.sequences.base import LazySequence
 from seqloader.sequences.mix_schedule import MixSchedule
+from seqloader.sequences.describe import Stage
 
 __all__ = ["mix", "MAX_BLOCK"]
 
@@ -212,6 +213,11 @@ class _Mix(LazySequence[Any]):
         return n
 
     # -- the sequence ---------------------------------------------------------------------------
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("mix", {"counts": self._counts.tolist(), "seed": self._seed, "stop": self._stop,
+                             "length": self._len}, self._seqs)
 
     def __len__(self) -> int:
         return self._len

@@ -33,6 +33,7 @@ from seqloader.errors import add_note, check_nonnegative_int
 from seqloader.rng import derive_seed
 from seqloader.sequences._util import read
 from seqloader.sequences.base import LazySequence
+from seqloader.sequences.describe import Stage
 
 __all__ = ["Change", "MixSchedule", "StaticMix"]
 
@@ -342,6 +343,11 @@ class MixSchedule(LazySequence[Any]):
         seg = self._segments[bisect.bisect_right(self._starts, p) - 1]
         k, j = seg.source_of_one(p - seg.start)
         return k, j % int(self._base._lens[k])
+
+
+    def _position_stage(self) -> Stage:
+        changes = [[int(at), [float(w) for w in weights]] for at, weights in self._changes]
+        return Stage("mix", {"changes": changes}, (self._base,))
 
     def __len__(self) -> int:
         return self._len

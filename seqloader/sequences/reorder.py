@@ -20,6 +20,7 @@ from seqloader.orders.permutation import FeistelPermutation
 from seqloader.rng import check_seed
 from seqloader.sequences._util import check_sequence, read
 from seqloader.sequences.base import IndexMap, LazySequence, Positions
+from seqloader.sequences.describe import Stage, digest
 
 __all__ = ["gather", "shuffle", "concatenate", "repeat"]
 
@@ -65,6 +66,11 @@ class _Gather(IndexMap[T]):
         idx.setflags(write=False)
         self._parent = seq
         self._indices = idx
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("gather", {"len": len(self._indices), "indices": digest(self._indices.tobytes(), 12)},
+                     (self._parent,))
 
     def __len__(self) -> int:
         return len(self._indices)
@@ -114,6 +120,10 @@ class _Shuffle(IndexMap[T]):
         self._seed = check_seed("shuffle", seed)
         self._parent = seq
         self._perm = FeistelPermutation(n, self._seed)
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("shuffle", {"seed": self._seed}, (self._parent,))
 
     def __len__(self) -> int:
         return len(self._perm)
@@ -172,6 +182,10 @@ class _Concatenate(LazySequence[T]):
         self._ends = list(itertools.accumulate(len(s) for s in self._seqs))  # end of each part
         self._len = total
 
+
+    def _position_stage(self) -> Stage:
+        return Stage("concatenate", {"lengths": [len(s) for s in self._seqs]}, self._seqs)
+
     def __len__(self) -> int:
         return self._len
 
@@ -220,6 +234,10 @@ class _Repeat(IndexMap[T]):
         self._parent = seq
         self._n = n
         self._len = n * self._times
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("repeat", {"times": self._times, "of": self._n}, (self._parent,))
 
     def __len__(self) -> int:
         return self._len

@@ -17,6 +17,7 @@ import numpy as np
 from seqloader.errors import check_nonnegative_int
 from seqloader.sequences._util import check_sequence
 from seqloader.sequences.base import LazySequence, Positions, SliceView
+from seqloader.sequences.describe import Stage, digest
 
 __all__ = ["split"]
 
@@ -96,6 +97,11 @@ class _Split(LazySequence[Sequence[T]]):
         self._seq = seq
         self._starts, self._stops = starts, stops
         self._native = isinstance(seq, _NATIVE_SLICES) or hasattr(type(seq), "__dlpack__")
+
+
+    def _position_stage(self) -> Stage:
+        edges = np.concatenate([np.asarray(self._starts, dtype=np.int64), np.asarray(self._stops, dtype=np.int64)])
+        return Stage("split", {"len": len(self), "edges": digest(edges.tobytes(), 12)}, (self._seq,))
 
     def __len__(self) -> int:
         return len(self._starts)

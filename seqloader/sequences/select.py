@@ -18,6 +18,7 @@ import numpy as np
 
 from seqloader.sequences._util import check_sequence, read
 from seqloader.sequences.base import LazySequence
+from seqloader.sequences.describe import Stage
 
 __all__ = ["interleave", "case", "switch"]
 
@@ -49,6 +50,10 @@ class _Interleave(LazySequence[Any]):
             done = level
         self._seqs = seqs
         self._len = total
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("interleave", {"lengths": [len(s) for s in self._seqs]}, self._seqs)
 
     def __len__(self) -> int:
         return self._len
@@ -117,6 +122,11 @@ class _Case(LazySequence[Any]):
         self._selector = selector
         self._seqs = seqs
         self._len = n
+
+
+    def _position_stage(self) -> Stage:
+        name = "switch" if isinstance(self, _Switch) else "case"
+        return Stage(name, {"len": self._len}, (self._selector, *self._seqs))
 
     def __len__(self) -> int:
         return self._len

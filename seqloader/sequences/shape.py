@@ -17,6 +17,7 @@ import numpy as np
 
 from seqloader.sequences._util import check_bool, check_callable, check_sequence, fname, read
 from seqloader.sequences.base import LazySequence, source_indices
+from seqloader.sequences.describe import Stage
 
 __all__ = ["batch", "unbatch"]
 
@@ -58,6 +59,11 @@ class _Batch(LazySequence[Any]):  # items are lists, or whatever collate_fn retu
         self._collate_fn = collate_fn
         self._pad = pad if self._padded else None
         self._len = n // self._k if drop_last else -(-n // self._k)
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("batch", {"k": self._k, "drop_last": self._drop_last}, (self._seq,),
+                     values=(self._collate_fn, self._pad))
 
     def __len__(self) -> int:
         return self._len
@@ -151,6 +157,10 @@ class _Unbatch(LazySequence[Any]):
         self._last = last or self._k  # 0 (len(data) % k when k divides it) means a full last batch
         self._seq = seq
         self._len = (self._num_batches - 1) * self._k + self._last if self._num_batches else 0
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("unbatch", {"batch_size": self._k, "last_batch_size": self._last}, (self._seq,))
 
     def __len__(self) -> int:
         return self._len

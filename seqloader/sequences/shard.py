@@ -9,6 +9,7 @@ import numpy as np
 from seqloader.errors import check_int, check_positive_int
 from seqloader.sequences._util import check_bool, check_sequence
 from seqloader.sequences.base import IndexMap, LazySequence, Positions
+from seqloader.sequences.describe import Stage
 
 __all__ = ["shard"]
 
@@ -35,6 +36,11 @@ class _Shard(IndexMap[T]):
         self._world_size = world_size
         self._drop_remainder = drop_remainder
         self._len = total // world_size
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("shard", {"rank": self._rank, "world_size": self._world_size,
+                               "drop_remainder": self._drop_remainder}, (self._parent,))
 
     def __len__(self) -> int:
         return self._len

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 from seqloader.errors import annotate
 from seqloader.sequences._util import check_callable, check_sequence, fname, read
 from seqloader.sequences.base import LazySequence
+from seqloader.sequences.describe import Stage
 
 __all__ = ["collate", "starmap"]
 
@@ -31,6 +32,10 @@ class _Collate(LazySequence[tuple[Any, ...]]):
             raise ValueError(f"collate: sequences must have equal lengths (got {', '.join(map(str, lens))})")
         self._seqs = seqs
         self._len = lens[0]
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("collate", {}, tuple(self._seqs))
 
     def __len__(self) -> int:
         return self._len
@@ -77,6 +82,10 @@ class _Starmap(LazySequence[R]):
             raise ValueError("starmap: len(seq) must be < 2**63")
         self._f = f
         self._seq = seq
+
+
+    def _position_stage(self) -> Stage:
+        return Stage("starmap", {}, (self._seq,), values=(self._f,))  # the function changes values only
 
     def __len__(self) -> int:
         return self._len

@@ -13,7 +13,7 @@ the sources' own, once per file and process.
 A file's *description*, what a fingerprint is made of, is ``[name, size, content]``: ``name``
 relative to the listing's root (so a copy elsewhere, or the same files downloaded again,
 describe the same), and ``content`` a digest of what the source's index depends on, set by the
-source once it has read it (``footer:<hex>``, ``members:<hex>``, ...). :class:`RangeFile` hands
+source once it has read it (``footer:<hex>+data:<hex>``, ``members:<hex>+data:<hex>``, ...). :class:`RangeFile` hands
 bytes already fetched to pyarrow as a file.
 """
 

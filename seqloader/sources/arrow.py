@@ -27,6 +27,7 @@ from seqloader.sources._handles import HandleCache
 from seqloader.sources._process import Threads, optional_import
 from seqloader.sources._schema import check_schemas
 from seqloader.sources._progress import Progress, log
+from seqloader.sources._sample import sample_digest
 from seqloader.sources._storage import Files, RangeFile
 from seqloader.sources._table import TableSource
 from seqloader.sources.base import BlockIndex
@@ -106,7 +107,7 @@ class _ArrowIPC(TableSource):
                     raise add_note(exc, f"{_OP}: while indexing record batch {g} of {infos[k].path}")
             progress.update("read")
             log.debug("%s: %s: %d record batches", _OP, infos[k].path, len(counts))
-            return reader.schema, counts, digest
+            return reader.schema, counts, f"{digest}+data:{sample_digest(self._files, k)}"
 
         try:
             opened = self._threads.map(index, range(len(infos)))
@@ -114,8 +115,8 @@ class _ArrowIPC(TableSource):
             progress.close()
         self._schema_names = check_schemas(_OP, [f.path for f in infos], [schema for schema, _, _ in opened],
                                            self._columns)
-        self._digests = [d for _, _, d in opened]
-        self._files.contents = [f"footer:{d}" for d in self._digests]
+        self._digests = [d.split("+", 1)[0] for _, _, d in opened]
+        self._files.contents = [f"footer:{d}" for _, _, d in opened]
         self._index = BlockIndex([n for _, counts, _ in opened for n in counts])
         self._where = [(k, g) for k, (_, counts, _) in enumerate(opened) for g in range(len(counts))]
 

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from seqloader.sequences.base import LazySequence
+from seqloader.sequences.describe import Stage
 
 if TYPE_CHECKING:
     from seqloader.sources._storage import Files
@@ -156,6 +157,12 @@ class Source(LazySequence[T_co]):
         """16 hex digits that change whenever a file is added, removed, renamed (relative to the
         source's folder), resized, or changed in what the index depends on."""
         return fingerprint_of(self.files())
+
+    def _position_stage(self) -> Stage:
+        """A source of files: what its positions are is its file list (``files()``, checked on
+        load by ``check_same_files``); its ``transform=`` changes values only."""
+        return Stage(getattr(self, "_op", type(self).__name__), {}, values=(getattr(self, "_transform", None),),
+                     source=True)
 
     def _positions(self, positions: Any) -> Positions:
         """``positions`` as int64 in ``[0, len)`` (negative ones count from the end)."""

@@ -2,12 +2,13 @@
 
 A loader state that says "position 40960" means "of *these* files". A source's file list
 (``Source.files()``) is ``[[name, size, content], ...]``: ``name`` relative to the folder the
-source was given, ``content`` a digest of what the source's index depends on (``footer:<hex>``
-for Parquet and Arrow IPC files, ``members:<hex>`` for tar shards: their member table and a few
-member headers; ``class:<name>`` for an image folder's files). It holds no absolute path and no
-modification time: the same files copied elsewhere (``cp -a``), to another node, or downloaded
-again describe the same, and a file replaced by another of the same name and size but another
-footer or member table does not. (What it cannot see, such as a flipped bit in a JPEG's pixels,
+source was given, ``content`` a digest of what the source's index depends on and of the data's
+first and last 64 KiB (``footer:<hex>+data:<hex>`` for Parquet and Arrow IPC files,
+``members:<hex>+data:<hex>`` for tar shards: their member table and a few member headers;
+``class:<name>`` for an image folder's files). It holds no absolute path and no modification
+time: the same files copied elsewhere (``cp -a``), to another node, or downloaded again describe
+the same, and a file replaced by another of the same name and size but another footer, member
+table or first or last bytes does not. (What it cannot see, such as a flipped bit in a JPEG's pixels,
 is listed in docs/data.md, "What seqloader checks, and what it cannot".) Its *description* is ``{"files": n, "fingerprint": "<16 hex digits>", "chunk": c, "chunks": [...]}``:
 the fingerprint of the whole list and of each run of ``c`` consecutive files (at most 32 runs,
 6 hex digits each), small enough for a state dict (< 450 bytes whatever the number of files).
@@ -21,13 +22,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from seqloader.sequences.describe import is_source
 from seqloader.sources.base import fingerprint_of
 
 __all__ = ["describe_files", "check_same_files"]
 
 
 def _file_list(x: Any) -> list[list[Any]] | None:
-    if hasattr(x, "files") and callable(x.files):
+    if is_source(x):
         return [list(f) for f in x.files()]
     if isinstance(x, (list, tuple)):
         return [list(f) for f in x]

@@ -33,6 +33,7 @@ from seqloader.sources._handles import HandleCache
 from seqloader.sources._process import Threads, optional_import
 from seqloader.sources._schema import check_schemas
 from seqloader.sources._progress import Progress, log
+from seqloader.sources._sample import sample_digest
 from seqloader.sources._storage import Files, RangeFile
 from seqloader.sources._table import TableSource
 from seqloader.sources.base import BlockIndex
@@ -57,10 +58,11 @@ def _parse(files: Files, k: int, footer: Footer) -> Any:
         raise add_note(exc, f"{_OP}: while reading the footer of {files.infos[k].path}")
 
 
-def _read_footer(files: Files, k: int) -> tuple[Any, str]:
-    """The ``FileMetaData`` of file ``k`` and the digest of its footer (one read; errors name the file)."""
+def _read_footer(files: Files, k: int) -> tuple[Any, str, str]:
+    """The ``FileMetaData`` of file ``k``, the digest of its footer (one read; errors name the file) and
+    the digest of its first and last bytes (one more read: ``_sample``)."""
     footer = parquet_footer(_OP, files, k)
-    return _parse(files, k, footer), footer.digest
+    return _parse(files, k, footer), footer.digest, sample_digest(files, k, footer.tail)
 
 
 def _row_counts(files: Files, k: int, meta: Any) -> list[int]:
@@ -92,7 +94,7 @@ class _Parquet(TableSource):
             self._parts = partitions(_OP, self._files.names(), [f.path for f in infos])
         progress = Progress(_OP, len(infos), "footers")
 
-        def footer(k: int) -> tuple[Any, str]:
+        def footer(k: int) -> tuple[Any, str, str]:
             out = _read_footer(self._files, k)
             progress.update("read")
             log.debug("%s: %s: footer read (%d row groups)", _OP, infos[k].path, out[0].num_row_groups)
@@ -102,9 +104,9 @@ class _Parquet(TableSource):
             footers = self._threads.map(footer, range(len(infos)))
         finally:
             progress.close()
-        metas = [m for m, _ in footers]
-        self._digests = [d for _, d in footers]
-        self._files.contents = ["footer:" + d for d in self._digests]
+        metas = [m for m, _, _ in footers]
+        self._digests = [d for _, d, _ in footers]
+        self._files.contents = [f"footer:{d}+data:{sample}" for _, d, sample in footers]
         self._init_columns([m.schema.to_arrow_schema() for m in metas])
         self._metas = metas if self._files.remote else None  # FileMetaData pickles (as its footer)
         counts, where = [], []

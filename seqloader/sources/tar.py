@@ -6,7 +6,8 @@ shards' cumulative sample counts and read by offset: one read (a range request o
 storage) spanning its members. A batch groups its samples by shard, merges reads that are close
 together (remote shards: :data:`MERGE_GAP`; local ones: reads that touch) and, for remote
 shards, issues them ``num_threads`` at a time. A
-shard's content in a fingerprint is the digest of its member table (``members:<hex>``).
+shard's content in a fingerprint is the digest of its member table and of its first and last
+64 KiB (``members:<hex>+data:<hex>``, ``_sample``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from seqloader.sequences._util import check_bool, check_callable, fname
 from seqloader.sources._listing import resolve
 from seqloader.sources._process import Threads
 from seqloader.sources._progress import Progress
+from seqloader.sources._sample import sample_digest
 from seqloader.sources._storage import Files
 from seqloader.sources._tar_cache import load_or_scan
 from seqloader.sources._tar_index import COMPRESSED_SUFFIXES, ShardIndex, compression_of
@@ -52,17 +54,18 @@ class _TarShards(Source[Any]):
         self._files = Files(_OP, listing, storage_options)
         progress = Progress(_OP, len(infos), "shards")
 
-        def build(k: int) -> ShardIndex:
+        def build(k: int) -> tuple[ShardIndex, str]:
             index, how = load_or_scan(_OP, self._files, k, cache_dir, use_cache)
             progress.update(how)
-            return index
+            return index, sample_digest(self._files, k)
 
         try:
-            self._shards: list[ShardIndex] = self._threads.map(build, range(len(infos)))
+            built = self._threads.map(build, range(len(infos)))
         finally:
             progress.close()
+        self._shards: list[ShardIndex] = [index for index, _ in built]
         self.index_stats = {"cached": progress.counts.get("cached", 0), "scanned": progress.counts.get("scanned", 0)}
-        self._files.contents = ["members:" + s.digest() for s in self._shards]
+        self._files.contents = [f"members:{index.digest()}+data:{sample}" for index, sample in built]
         self._extensions = None if extensions is None else [e.lower().lstrip(".") for e in extensions]
         if self._extensions is not None:
             for k, shard in enumerate(self._shards):

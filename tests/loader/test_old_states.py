@@ -100,6 +100,7 @@ CASES = {
     # 'files' null: the dataset was not a source, nothing was fingerprinted
     "v3_no_source": Case("seqloader 0.2 (8c3dde0), Items", items),
     "v4": Case("seqloader 0.3 (8cb47e0), Items", items),
+    "v5": Case("seqloader 0.4.0 (issue 36: 'positions'), Items", items),
 }
 
 

@@ -47,10 +47,11 @@ def test_json_small_and_same_keys_and_types_before_mid_and_after(kw):
 
 def test_state_values():
     sd = make().state_dict()
-    assert sd == {"format": "seqloader.DataLoader", "version": 4, "seed": 3, "epoch": 0, "position": 0,
+    assert sd == {"format": "seqloader.DataLoader", "version": 5, "seed": 3, "epoch": 0, "position": 0,
                   "ahead": [], "step": 0, "dataset_len": 10, "batch_size": 4, "drop_last": False, "shuffle": True,
                   "derivation": 2, "sampler_len": None, "sampler_epoch": None,
                   "sampler": None, "dataset": None, "iterable": None, "recipe": None, "files": [],
+                  "positions": {"digest": "4f53cda18c2baa0c", "stages": []},  # a list: no stage describes itself
                   "saved_with": {"num_workers": 0, "world_size": 1, "seqloader": seqloader.__version__}}
 
 
@@ -72,7 +73,7 @@ def test_saved_with_is_ignored_and_the_seed_comes_from_the_state():
     ("shuffle", False, "'shuffle' is False in the state_dict but this loader has shuffle=True"),
     ("sampler", {"x": 1}, "'sampler' holds a state in the state_dict but this loader's sampler has no state"),
     ("format", "torchdata", "unknown format 'torchdata'"),
-    ("version", 5, "version 5, newer than this seqloader's version 4"),
+    ("version", 6, "version 6, newer than this seqloader's version 5"),
     ("step", -1, "'step' must be a non-negative int"),
     ("recipe", {"weights": [[0, 0]]}, "'recipe.weights\\[0\\]' must be \\[step, epoch or None"),
     ("files", {"files": 3}, "'files' must be None or a list of file-list descriptions"),
@@ -114,7 +115,7 @@ def test_missing_key_and_not_a_dict():
 
 
 def test_migrations_upgrade_one_version_at_a_time(monkeypatch):
-    """Pretend the current version is 5: a version-1 state goes through _MIGRATIONS[1], [2], [3] then [4]."""
+    """Pretend the current version is 6: a version-1 state goes through _MIGRATIONS[1], [2], [3], [4] then [5]."""
     calls = []
 
     def step(v):
@@ -124,20 +125,21 @@ def test_migrations_upgrade_one_version_at_a_time(monkeypatch):
         return migrate
 
     sd = {**make().state_dict(), "version": 1}
-    monkeypatch.setattr(state_mod, "VERSION", 5)
-    for v in (1, 2, 3, 4):
+    monkeypatch.setattr(state_mod, "VERSION", 6)
+    for v in (1, 2, 3, 4, 5):
         monkeypatch.setitem(state_mod._MIGRATIONS, v, step(v))
-    assert LoaderState.from_dict(sd).position == 4 and calls == [1, 2, 3, 4]
+    assert LoaderState.from_dict(sd).position == 5 and calls == [1, 2, 3, 4, 5]
     assert state_mod._MIGRATIONS is not None
 
 
 def test_the_real_migration_from_version_1_keeps_every_meaning_and_names_derivation_1():
     v4 = make().state_dict()
-    v1 = {k: v for k, v in v4.items() if k not in ("derivation", "sampler_epoch", "ahead", "step", "recipe", "files")}
+    v1 = {k: v for k, v in v4.items() if k not in ("derivation", "sampler_epoch", "ahead", "step", "recipe", "files",
+                                                   "positions")}
     v1["version"] = 1
     migrated = LoaderState.from_dict(v1).to_dict()
-    # files: not recorded before version 3 (None: not checked)
-    assert migrated == {**v4, "derivation": 1, "sampler_epoch": None, "ahead": [], "files": None}
+    # files: not recorded before version 3, positions before version 5 (None: not checked)
+    assert migrated == {**v4, "derivation": 1, "sampler_epoch": None, "ahead": [], "files": None, "positions": None}
 
 
 def test_the_migration_from_version_2_counts_the_steps_before_the_position():
@@ -145,9 +147,9 @@ def test_the_migration_from_version_2_counts_the_steps_before_the_position():
     it = iter(loader)
     next(it), next(it)
     v4 = loader.state_dict()
-    v2 = {k: v for k, v in v4.items() if k not in ("step", "recipe", "files")}
+    v2 = {k: v for k, v in v4.items() if k not in ("step", "recipe", "files", "positions")}
     v2["version"] = 2
-    assert LoaderState.from_dict(v2).to_dict() == {**v4, "files": None} and v4["step"] == 2
+    assert LoaderState.from_dict(v2).to_dict() == {**v4, "files": None, "positions": None} and v4["step"] == 2
     resumed = make()
     resumed.load_state_dict(v2)
     assert [b.tolist() for b in resumed] == [b.tolist() for b in it]
@@ -240,7 +242,7 @@ V1_NEXT = [[[8, 988], [6, 734], [11, 212]], [[1, 338], [10, 758], [3, 430]], [[4
 def test_a_version_1_state_resumes_exactly_as_seqloader_0_1_did(num_workers):
     loader = DataLoader(_Augmented(), batch_size=3, shuffle=True, seed=7, num_workers=num_workers)
     loader.load_state_dict(V1_STATE)
-    assert loader.state_dict()["derivation"] == 1 and loader.state_dict()["version"] == 4
+    assert loader.state_dict()["derivation"] == 1 and loader.state_dict()["version"] == 5
     assert [b.tolist() for b in loader] == V1_REST
     assert [b.tolist() for b in loader] == V1_NEXT  # later epochs keep the state's derivation
 

@@ -218,3 +218,16 @@ def test_keep_evaluates_its_predicate_once_across_processes_through_its_file():
     # a file is keyed by the predicate too: another predicate is another index
     other = sl.keep(lambda d: len(d) > 8, Docs(LENGTHS), window=5)
     assert len(other) == len(kept) and other.index_stats()["index"] == "built"
+
+
+def test_the_key_is_the_one_walk_of_the_input_each_stage_describing_itself(tmp_path):
+    """A parameter that decides positions (``shuffle``'s seed) is another input; the same recipe
+    built again is the same input; a user's lazy sequence is described by its own attributes."""
+    first = sl.pack(sl.shuffle(Docs(LENGTHS), seed=1), 16, window=4, cache_dir=str(tmp_path))
+    again = sl.pack(sl.shuffle(Docs(LENGTHS), seed=1), 16, window=4, cache_dir=str(tmp_path))
+    other = sl.pack(sl.shuffle(Docs(LENGTHS), seed=2), 16, window=4, cache_dir=str(tmp_path))
+    assert first.index_stats()["cache"] == "written" and again.index_stats()["cache"] == "hit"
+    assert other.index_stats()["cache"] == "written"  # another file: the seed is part of where it is
+    assert other.index_stats()["cache_file"] != first.index_stats()["cache_file"]
+    longer = sl.pack(sl.shuffle(Docs(LENGTHS + [4]), seed=1), 16, window=4, cache_dir=str(tmp_path))
+    assert longer.index_stats()["cache"] != "hit"
