@@ -65,10 +65,19 @@ def _stages(dataset: Any) -> list[tuple[str, dict[str, Any]]]:
     stages: list[tuple[str, dict[str, Any]]] = []
     for node in walk(dataset, enter=_is_dataset):
         if node.stage is not None:
+            if _transparent(node.stage):
+                continue  # item i is a function of its input's item i: adding or removing it moves nothing
             stages.append((node.stage.name, _compact(node.stage.params)))
         elif isinstance(node.obj, torch.utils.data.Subset):  # torch's own index map
             stages.append(("Subset", _compact({"indices": [int(i) for i in node.obj.indices]})))
     return stages
+
+
+def _transparent(stage: Any) -> bool:
+    """A stage that maps position ``i`` to its one input's position ``i`` and decides nothing else
+    (``smap`` or ``rng_map`` of one sequence, ``starmap``, ``add_cache``): values only, so it is not
+    recorded, and wrapping a pipeline in a new augmentation still resumes."""
+    return not stage.params and len(stage.children) == 1 and not stage.source
 
 
 def _text(name: str, params: dict[str, Any]) -> str:
@@ -104,7 +113,7 @@ def record_positions(dataset: Any) -> dict[str, Any]:
         >>> record_positions(seqloader.shuffle(list(range(10)), seed=3))["stages"]
         ['shuffle{"seed":3}']
         >>> record_positions(seqloader.smap(str, list(range(10))))["stages"]   # a function: values only
-        ['smap{}']
+        []
     """
     stages = _stages(dataset)
     out: dict[str, Any] = {"digest": digest([[name, params] for name, params in stages]),
