@@ -3,7 +3,7 @@
 The README's test command. From the repository root::
 
     python -m tools.test_installed                 # build, install (test + integrations extras), run it all
-    python -m tools.test_installed --no-build --subset versions     # the installed wheel, a named subset
+    python -m tools.test_installed --no-build --pin numpy==1.26.4 --subset versions  # the same wheel, numpy 1.x
     python -m tools.test_installed -- -x tests/loader              # pytest's own arguments after --
 
 Steps, each one a plain command (printed before it runs):
@@ -97,9 +97,16 @@ def built() -> tuple[Path, Path]:
     return sdists[0], wheels[0]
 
 
-def install(wheel: Path, extras: str, constraints_file: Path) -> None:
-    """The wheel with ``extras`` and their dependencies, then the wheel itself over any other install."""
+def install(wheel: Path, extras: str, constraints_file: Path, pins: Sequence[str] = ()) -> None:
+    """The wheel with ``extras`` and their dependencies, then the wheel itself over any other install.
+    ``pins`` (``"numpy==1.26.4"``) constrain the resolution further: pip then picks versions of the
+    other dependencies that work with them (a pyarrow and a pandas that accept numpy 1.x)."""
     constraints = ["-c", str(constraints_file)]
+    if pins:
+        pinned = REPO / "build" / "pins.txt"
+        pinned.parent.mkdir(exist_ok=True)
+        pinned.write_text("".join(f"{p}\n" for p in pins))
+        constraints += ["-c", str(pinned)]
     pip = [sys.executable, "-m", "pip", "install", "-q"]
     run([*pip, f"{wheel}[{extras}]" if extras else str(wheel), *constraints])
     run([*pip, "--force-reinstall", "--no-deps", str(wheel)])
@@ -130,7 +137,10 @@ def installed_package() -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     """Build, install and test; returns pytest's exit code."""
     parser = argparse.ArgumentParser(prog="python -m tools.test_installed", description=__doc__.split("\n")[0])
-    parser.add_argument("--no-build", action="store_true", help="test the wheel already in build/dist (no build, no install)")
+    parser.add_argument("--no-build", action="store_true", help="test the wheel already in build/dist (no build)")
+    parser.add_argument("--no-install", action="store_true", help="test what is installed (no pip install)")
+    parser.add_argument("--pin", action="append", default=[], metavar="SPEC",
+                        help="a further constraint for the install, e.g. numpy==1.26.4 (repeatable)")
     parser.add_argument("--extras", default="test,integrations", help="extras installed with the wheel")
     parser.add_argument("--constraints", type=Path, default=REPO / "constraints.txt",
                         help="pip constraints for the install (default: constraints.txt, the torch CI installs)")
@@ -139,8 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sdist, wheel = built() if args.no_build else build()
-    if not args.no_build:
-        install(wheel, args.extras, args.constraints)
+    if not args.no_install:
+        install(wheel, args.extras, args.constraints, args.pin)
     root, package = stage(), installed_package()
     if package.is_relative_to(REPO / "seqloader"):
         sys.exit(f"test_installed: 'import seqloader' resolves to {package}, the checkout's")
