@@ -61,6 +61,27 @@ SUBSETS: dict[str, tuple[str, ...]] = {
         "{package}/loader/torch_compat",
         "{package}/loader/global_rngs.py",
     ),
+    # ``--subset plain_routes``: the tests of the three process-wide mechanisms and of what rests
+    # on them (num_workers=0 snapshots, thread workers, the worker-info patch, every executor's
+    # contract but Ray's, whose actors none of the three touch), run by CI with
+    # SEQLOADER_PLAIN_ROUTES=probe,snapshots,worker_info (docs/design.md, "The plain routes").
+    # "-k", "not ray": pytest's own arguments, passed with the paths.
+    "plain_routes": (
+        "tests/loader/test_plain_routes.py",
+        "tests/loader/test_global_rngs.py",
+        "tests/loader/test_thread_workers.py",
+        "tests/loader/test_worker_info_patch.py",
+        "tests/loader/test_executor_edges.py",
+        "tests/contract/test_executors.py",
+        "tests/loader/test_resume.py",
+        "tests/loader/test_torch_compat.py",
+        "{package}/loader/plain_routes.py",
+        "{package}/loader/global_rngs.py",
+        "{package}/loader/seeding.py",
+        "{package}/loader/thread_workers.py",
+        "{package}/loader/torch_compat/worker_info.py",
+        "-k", "not ray",
+    ),
 }
 
 

@@ -3,8 +3,9 @@
 At ``num_workers=0`` every batch is computed in the caller's process, between a save and a
 restore of the three global RNG states (:func:`~seqloader.loader.seeding.preserved_globals`).
 The public APIs copy each state through Python objects: ``numpy.random.get_state()`` and
-``set_state()`` alone cost about 90 µs per batch (a tuple, a 624-word array, validation), more than
-torch's own loader spends on a batch of 256 small items.
+``set_state()`` alone cost about 70 µs per batch (a tuple, a 624-word array, validation; ``random``'s
+``getstate()``/``setstate()`` 10 µs more), more than torch's own loader spends on a batch of 256
+small items; the raw copies of all three cost about 5 µs.
 
 A :class:`Snapshot` copies the same bytes directly:
 
@@ -20,6 +21,10 @@ public APIs on throwaway generators and looks for them in memory, and accepts a 
 exactly one matches every probe. Where that fails (another Python or numpy build), snapshots use
 the public APIs: the same states, only slower (:func:`layout` then returns ``None``; a test
 checks that CI's build takes the fast path).
+
+The plain ``snapshots`` route (``SEQLOADER_PLAIN_ROUTES=snapshots``,
+:mod:`seqloader.loader.plain_routes`) takes the public APIs without looking for the layout: no
+raw memory is read or written (``docs/design.md`` gives the cost per batch).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
+
+from seqloader.loader.plain_routes import plain_routes
 
 __all__ = ["Snapshot", "layout", "numpy_state", "reseeded", "reseeding", "reseeds"]
 
@@ -101,6 +108,11 @@ def layout() -> Optional[Layout]:
     return None if gauss is None or index is None else Layout(gauss, index)
 
 
+def _raw_layout() -> Optional[Layout]:
+    """:func:`layout`, or ``None`` (the public APIs) on the plain ``snapshots`` route."""
+    return None if plain_routes().snapshots else layout()
+
+
 _started = 0  # how many times seqloader began setting the global states in this process (any thread)
 _done = 0     # ... and finished
 
@@ -131,11 +143,12 @@ def reseeds() -> tuple[int, int]:
 
 
 def numpy_state() -> Any:
-    """The raw state of numpy's global ``RandomState`` (bytes, or ``get_state()`` where the raw
-    layout is unknown), for comparing, not restoring."""
-    where = layout()
+    """The raw state of numpy's global ``RandomState`` (bytes, or ``get_state()`` with its words as
+    bytes where the raw layout is unknown or on the plain route), for comparing, not restoring."""
+    where = _raw_layout()
     if where is None:
-        return repr(np.random.get_state())
+        name, words, pos, has_gauss, gauss = np.random.get_state()
+        return name, words.tobytes(), pos, has_gauss, gauss
     rs = np.random.mtrand._rand
     return (ctypes.string_at(rs._bit_generator.ctypes.state_address, _MT_BYTES),
             ctypes.string_at(id(rs) + where.numpy_gauss, 16))
@@ -151,10 +164,10 @@ class Snapshot:
         True
     """
 
-    __slots__ = ("_numpy", "_random", "_gauss_next", "_torch")
+    __slots__ = ("_where", "_numpy", "_random", "_gauss_next", "_torch")
 
     def __init__(self) -> None:
-        where = layout()
+        self._where = where = _raw_layout()  # the route taken is the route restored
         self._torch = torch.default_generator.get_state()
         if where is None:
             self._numpy: Any = np.random.get_state()
@@ -170,7 +183,7 @@ class Snapshot:
     def restore(self) -> None:
         """Put the saved states back (a snapshot can be restored more than once)."""
         reseeding()
-        where = layout()
+        where = self._where
         torch.default_generator.set_state(self._torch)
         if where is None:
             np.random.set_state(self._numpy)

@@ -25,6 +25,11 @@ the global states (a ``num_workers=0`` loader of the same process) are told apar
 at that moment is blamed on the worker (torch's functions release the GIL): a warning too many,
 never a batch changed. The first such batch logs a ``RuntimeWarning`` (once per loader) naming
 the generator and the fix; batches after the first of each epoch cost nothing.
+
+On the plain ``probe`` route (``SEQLOADER_PLAIN_ROUTES=probe``,
+:mod:`seqloader.loader.plain_routes`) the probe is off, decided when it is made: no profile hook is
+set, and a draw from the global generators in a thread worker is not reported (batches are the
+same). On the plain ``worker_info`` route thread workers are refused (:class:`ThreadWorkerSetup`).
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ from typing import Any, Callable, ContextManager, Optional
 import torch
 
 from seqloader.loader.global_rngs import Snapshot, numpy_state, reseeded, reseeding, reseeds
+from seqloader.loader.plain_routes import plain_routes
 from seqloader.loader.torch_compat import (hold_thread_worker_info_for_process, install_thread_worker_info,
-                                           install_worker_info, thread_generators, thread_worker_info)
+                                           install_worker_info, refuse_thread_workers_on_plain_route,
+                                           thread_generators, thread_worker_info)
 from seqloader.rng import derive_seed
 from seqloader.sequences import stage_times
 
@@ -90,9 +97,14 @@ class _Hook:
 
 class GlobalDrawProbe:
     """Reports, once per loader, a batch computed in a thread worker that drew from a global
-    generator (see the module docstring). Shared by the loader's thread workers."""
+    generator (see the module docstring). Shared by the loader's thread workers.
 
-    def __init__(self) -> None:
+    ``enabled``: whether it watches at all (``None``: unless the plain ``probe`` route is in force
+    now); decided once, when it is made, and carried to the copies a worker process gets.
+    """
+
+    def __init__(self, enabled: Optional[bool] = None) -> None:
+        self.enabled = not plain_routes().probe if enabled is None else bool(enabled)
         self._lock = threading.Lock()
         self._warned = False
         self._init_warned = False  # worker_init_fn changed the globals (ThreadWorkerSetup): warned once
@@ -104,12 +116,12 @@ class GlobalDrawProbe:
             return first
 
     def __reduce__(self) -> tuple:
-        return GlobalDrawProbe, ()  # a copy (a copied loader, a worker process) watches afresh
+        return GlobalDrawProbe, (self.enabled,)  # a copy (a copied loader, a worker process) watches afresh
 
     def watch(self, rngs: "ThreadRNGs", epoch: int) -> Optional[tuple]:
         """Start watching this thread's batch if it is its first of ``epoch``; pass the result to
         :meth:`check` (``None``: nothing watched)."""
-        if self._warned or rngs.probed_epoch == epoch:
+        if not self.enabled or self._warned or rngs.probed_epoch == epoch:
             return None
         rngs.probed_epoch = epoch
         hook, previous = _Hook(), sys.getprofile()
@@ -174,7 +186,10 @@ class ThreadWorkerSetup:
     The info of a thread needs torch's ``get_worker_info`` made thread-aware (on a torch without a
     thread-local info): the thread executor holds :meth:`while_workers_live` from its first
     thread's start until its last thread has ended; inside a worker process (``thread`` given) the
-    set-up holds it for the process's life (see :mod:`seqloader.loader.torch_compat`).
+    set-up holds it for the process's life (see :mod:`seqloader.loader.torch_compat`). On the plain
+    ``worker_info`` route, which replaces nothing of torch's, making one raises
+    :class:`~seqloader.loader.plain_routes.PlainRouteRefused` (a ``ValueError``): the loader makes it
+    when it opens its workers, before any thread starts.
 
     Example:
         >>> import torch
@@ -192,6 +207,7 @@ class ThreadWorkerSetup:
 
     def __init__(self, num_workers: int, base_seed: int, dataset: Any, user_fn: Optional[Callable[[int], None]],
                  stages: bool = False, probe: Optional[GlobalDrawProbe] = None, copy_dataset: bool = False):
+        refuse_thread_workers_on_plain_route()
         self.num_workers, self.base_seed, self.dataset = num_workers, base_seed, dataset
         self.user_fn, self.stages, self.probe, self.copy_dataset = user_fn, stages, probe, copy_dataset
 

@@ -41,7 +41,10 @@ info of its own (the main thread, torch's own workers). In a worker *process* wh
 items (``threads_per_worker``) the patch lasts for the process's life: that process is seqloader's
 own and ends with its loader. On a torch with its own thread-local info nothing is patched at all.
 The plain route, a ``WorkerInfo`` in torch's module global, is what process workers use; for threads
-it would show one thread's info to every thread. ``tests/loader/test_torch_compat.py`` compares the
+it would show one thread's info to every thread: so the plain ``worker_info`` route
+(``SEQLOADER_PLAIN_ROUTES=worker_info``, :mod:`seqloader.loader.plain_routes`) patches nothing and
+refuses thread workers instead (:func:`refuse_thread_workers_on_plain_route`, a ``ValueError``
+raised when a loader opens them). ``tests/loader/test_torch_compat.py`` compares the
 info with the one torch's own workers build; ``tests/loader/test_worker_info_patch.py`` checks that
 the patch ends with the last thread worker.
 """
@@ -52,12 +55,13 @@ from seqloader.loader.torch_compat.words import (open_files_error, pin, pin_devi
                                                  worker_error)
 from seqloader.loader.torch_compat.worker_info import (clear_worker_info, hold_thread_worker_info_for_process,
                                                        install_thread_worker_info, install_worker_info,
-                                                       numpy_worker_seed, thread_generators, thread_worker_info,
+                                                       numpy_worker_seed, refuse_thread_workers_on_plain_route,
+                                                       thread_generators, thread_worker_info,
                                                        thread_worker_info_holders, worker_dataset,
                                                        worker_info_hidden)
 
 __all__ = ["TORCH_COLLATES", "clear_worker_info", "collate_in_plain_memory", "collate_into_slot", "fetch",
            "has_arrays", "hold_thread_worker_info_for_process", "install_thread_worker_info", "install_worker_info",
            "is_default_collate", "numpy_worker_seed", "open_files_error", "pin", "pin_device", "poison_error",
-           "thread_generators", "thread_worker_info", "thread_worker_info_holders", "worker_dataset", "worker_error",
+           "refuse_thread_workers_on_plain_route", "thread_generators", "thread_worker_info", "thread_worker_info_holders", "worker_dataset", "worker_error",
            "worker_info_hidden"]

@@ -16,6 +16,8 @@ import torch
 from torch.utils.data import get_worker_info
 from torch.utils.data._utils import worker as _worker
 
+from seqloader.loader.plain_routes import ENV, PlainRouteRefused, plain_routes
+
 _FIELDS = {f.name for f in dataclasses.fields(_worker.WorkerInfo)}
 # The development branch's process workers record their global generators in the info's ``rng``
 # (its worker loop is ``_process_worker_loop``); 2.13 defines ``_RNG`` but leaves ``rng`` unset.
@@ -41,9 +43,35 @@ def _thread_aware_initial_seed() -> int:  # pragma: no cover - runs as torch.ran
 
 
 #: Whether thread workers make ``torch.initial_seed()`` answer from the calling thread worker's
-#: own generator while they live (see the package docstring). ``False``: the plain route, where
-#: ``torch.initial_seed()`` in a thread worker is the training process's seed.
+#: own generator while they live (see the package docstring). ``False``: ``torch.initial_seed()``
+#: in a thread worker is the training process's seed (``get_worker_info`` is still patched). The
+#: plain ``worker_info`` route (:mod:`seqloader.loader.plain_routes`) replaces neither.
 THREAD_INITIAL_SEED = True
+
+
+def refuse_thread_workers_on_plain_route() -> None:
+    """Raise :class:`~seqloader.loader.plain_routes.PlainRouteRefused` (a ``ValueError``) on the
+    plain ``worker_info`` route: thread workers need torch's code replaced, which that route does
+    not do, and torch's module-global ``WorkerInfo`` would show one thread's info to every thread.
+
+    Example:
+        >>> from seqloader.loader.plain_routes import using_plain_routes
+        >>> with using_plain_routes("worker_info"):
+        ...     refuse_thread_workers_on_plain_route()
+        Traceback (most recent call last):
+        ...
+        seqloader.loader.plain_routes.PlainRouteRefused: DataLoader(worker_method='thread') and threads_per_worker > 1 ...
+        >>> with using_plain_routes(""):   # the default route: thread workers are fine
+        ...     refuse_thread_workers_on_plain_route()
+    """
+    if plain_routes().worker_info:
+        raise PlainRouteRefused(
+            f"DataLoader(worker_method='thread') and threads_per_worker > 1 are refused on the plain worker_info "
+            f"route ({ENV}={plain_routes()}): each thread worker needs its own WorkerInfo from "
+            "torch.utils.data.get_worker_info() and its own torch.initial_seed(), which on this torch means "
+            "replacing those functions' code while thread workers live; the plain route replaces nothing of "
+            "torch's, and torch's one module-global WorkerInfo would show one thread's info to every thread. Use "
+            f"worker_method='multiprocessing' with threads_per_worker=1, or take worker_info out of {ENV}")
 
 
 class _ThreadAwarePatch:
@@ -78,6 +106,8 @@ class _ThreadAwarePatch:
 
     def acquire(self) -> None:
         with self._lock:
+            if self._holders == 0:
+                refuse_thread_workers_on_plain_route()  # (a loader refused already, when it opened them)
             self._holders += 1
             if self._holders > 1:
                 return
