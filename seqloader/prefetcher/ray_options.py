@@ -120,11 +120,11 @@ def connect(options: RayWorkers) -> Any:
     if thread.is_alive():
         raise RuntimeError(f"prefetch: no answer from the Ray cluster at address={address!r} within "
                            f"RayWorkers(connect_timeout={options.connect_timeout}) seconds; {hint}")
-    exc = outcome.get("error")
-    if isinstance(exc, ConnectionError):
-        raise RuntimeError(f"prefetch: no Ray cluster to connect to at address={address!r} ({exc}); {hint}") from exc
-    if exc is not None:
-        raise exc
+    err = outcome.get("error")
+    if isinstance(err, ConnectionError):
+        raise RuntimeError(f"prefetch: no Ray cluster to connect to at address={address!r} ({err}); {hint}") from err
+    if err is not None:
+        raise err
     return ray
 
 
