@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import functools
 import os
 import threading
@@ -47,8 +46,8 @@ class _MapCall(Sink):
         if outcome.error is not None and job.key < self.first_error:
             self.first_error = job.key
 
-    def discarded(self, count: int) -> None:
-        self.outstanding -= count
+    def discarded(self, jobs: list[Job]) -> None:
+        self.outstanding -= len(jobs)
 
 
 class ThreadPool:
@@ -95,7 +94,7 @@ class ThreadPool:
             for other in list(self._runtimes):  # a parent's runtime, inherited through fork: never touched
                 if other != pid:
                     self._runtimes.pop(other, None)
-            fresh = Runtime(self._num_threads, self._name)
+            fresh = Runtime(self._name, self._num_threads, elastic=True)
             rt = self._runtimes.setdefault(pid, fresh)
             if rt is fresh:
                 weakref.finalize(self, fresh.stop_nowait)
@@ -155,7 +154,7 @@ class ThreadPool:
         call = _MapCall(len(items))
         jobs = [Job(call, 0, k, functools.partial(fn, x)) for k, x in enumerate(items)]
         del items
-        gone: list[collections.deque[Job]] = []
+        gone: list[list[Job]] = []
         with rt.lock:
             rt.push(jobs)
             del jobs

@@ -13,9 +13,11 @@ stop flag) is behind one lock, and the result pipe is written by one thread at a
 Each thread calls ``thread_init_fn(worker_id, thread)`` first when one is given (the loader
 installs a per-thread ``WorkerInfo`` and per-thread generators there); :meth:`Runner.wait_ready`
 returns once every thread has done so, or raises the first error, so a failing set-up is
-reported as the worker's set-up failure, before any job. A thread cannot be killed:
-at :meth:`Runner.stop` the queued jobs are dropped, and a thread inside a long job finishes it
-alone while the process exits (the threads are daemons).
+reported as the worker's set-up failure, before any job. The runner is an adapter over the thread
+engine's :class:`~seqloader.threads.engine.Runtime`; its shutdown is the engine's NOTE
+[thread shutdown] in :mod:`seqloader.threads.engine`, without the join: at :meth:`Runner.stop`
+the queued jobs are dropped, and a thread inside a long job finishes it alone while the process
+exits (the threads are daemons).
 
 What is running is never a guess: each thread announces a job before computing it (the worker
 sends :class:`~seqloader.prefetcher.processes.messages.Began`), so when the process dies the
@@ -28,13 +30,14 @@ Jobs start in the order they came, an ``alone`` job included.
 
 from __future__ import annotations
 
-import collections
-import threading
+import functools
 from typing import Any, Callable, Optional
+
+from seqloader.threads.engine import Job, Runtime, Sink
 
 __all__ = ["Runner"]
 
-#: How long an idle runner thread waits before it checks the stop flag again (seconds).
+#: How long :meth:`Runner.wait_ready` waits before it checks the parent is alive again (seconds).
 IDLE_CHECK = 0.25
 
 
@@ -47,95 +50,45 @@ class Runner:
         worker_id: passed to ``thread_init_fn``.
         thread_init_fn: ``thread_init_fn(worker_id, thread)`` run first in each thread, or ``None``.
         on_error: called with an exception ``work`` raised (it reports the worker as failed);
-            the thread then stops.
+            the threads then stop.
     """
 
     def __init__(self, threads: int, work: Callable[[Any, Any], None], worker_id: int,
                  thread_init_fn: Optional[Callable[[int, int], None]], on_error: Callable[[str, BaseException], None]):
-        self._work, self._worker_id, self._init, self._on_error = work, worker_id, thread_init_fn, on_error
-        self._cv = threading.Condition(threading.Lock())
-        self._queue: collections.deque = collections.deque()  # (job, seq)
-        self._stopping = False
-        self._active = 0  # jobs being computed
-        self._exclusive = False  # an ``alone`` job is being computed
-        self._starting = threads  # threads whose thread_init_fn has not returned
-        self._init_error: Optional[BaseException] = None
-        self._threads = [threading.Thread(target=self._run, args=(t,), name=f"seqloader-worker-{worker_id}-{t}",
-                                          daemon=True) for t in range(threads)]
-        for t in self._threads:
-            t.start()
+        self._work, self._on_error = work, on_error
+        init = None if thread_init_fn is None else functools.partial(thread_init_fn, worker_id)
+        self._rt = Runtime(f"seqloader-worker-{worker_id}", threads, init=init)
+        self._sink = Sink()
+        with self._rt.lock:
+            for t in range(threads):
+                self._rt.start_locked(t)
 
     def wait_ready(self, check: Callable[[], bool]) -> None:
         """Wait until every thread ran ``thread_init_fn``, checking ``check()`` (the parent is
         alive) every :data:`IDLE_CHECK` seconds; raise the first set-up error (or ``RuntimeError``
         when ``check()`` fails)."""
-        with self._cv:
-            while self._starting and self._init_error is None:
+        rt = self._rt
+        with rt.lock:
+            while rt.starting and rt.setup_error is None:
                 if not check():
                     raise RuntimeError("seqloader worker: the parent process is gone")
-                self._cv.wait(IDLE_CHECK)
-            if self._init_error is not None:
-                raise self._init_error
+                rt.done.wait(IDLE_CHECK)
+            if rt.setup_error is not None:
+                raise rt.setup_error
 
     def put(self, job: Any, seq: Any) -> None:
         """Queue ``job`` of ``seq`` (the sequence the worker read when the job came)."""
-        with self._cv:
-            self._queue.append((job, seq))
-            self._cv.notify()
+        fn = functools.partial(self._run, job, seq)
+        with self._rt.lock:
+            self._rt.push([Job(self._sink, job.gen, job.index, fn, alone=bool(getattr(job, "alone", False)))])
 
     def stop(self) -> None:
         """Drop the queued jobs and tell the threads to exit (never waits for a running job)."""
-        with self._cv:
-            self._stopping = True
-            self._queue.clear()
-            self._cv.notify_all()
+        self._rt.halt()
 
-    def _next(self) -> Optional[tuple[Any, Any]]:
-        """The next job to start (the oldest queued), once it may start: an ``alone`` job when no
-        other runs, any job when no ``alone`` one runs; ``None`` once stopping."""
-        with self._cv:
-            while True:
-                if self._stopping:
-                    return None
-                if self._queue and not self._exclusive and (self._active == 0 or
-                                                            not getattr(self._queue[0][0], "alone", False)):
-                    job, seq = self._queue.popleft()
-                    self._active += 1
-                    self._exclusive = bool(getattr(job, "alone", False))
-                    return job, seq
-                self._cv.wait(IDLE_CHECK)
-
-    def _finished(self) -> None:
-        with self._cv:
-            self._active -= 1
-            self._exclusive = False
-            self._cv.notify_all()
-
-    def _run(self, thread: int) -> None:
+    def _run(self, job: Any, seq: Any) -> None:
         try:
-            if self._init is not None:
-                self._init(self._worker_id, thread)
-        except BaseException as exc:  # raised by wait_ready in the worker's main thread
-            with self._cv:
-                self._init_error = self._init_error or exc
-                self._cv.notify_all()
-            return
-        with self._cv:
-            self._starting -= 1
-            self._cv.notify_all()
-        try:
-            while True:
-                got = self._next()
-                if got is None:
-                    return
-                try:
-                    self._work(*got)
-                finally:
-                    self._finished()
-        except BaseException as exc:  # reported; the worker process then exits
-            with self._cv:
-                stopping, self._stopping = self._stopping, True
-                self._queue.clear()
-                self._cv.notify_all()
-            if not stopping:  # (after stop(), the process is exiting and its pipes closing)
+            self._work(job, seq)
+        except BaseException as exc:  # reported; the threads stop and the worker process exits
+            if not self._rt.halt():  # (after stop(), the process is exiting and its pipes closing)
                 self._on_error("computing a job", exc)
