@@ -25,7 +25,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-import conftest  # noqa: E402  # tests/conftest.py: its leak helpers
+import leaks  # noqa: E402  # the leak helpers
 from seqloader.testing import LocalRayCluster  # noqa: E402
 from seqloader.testing.ray_cluster import DATA  # noqa: E402
 
@@ -49,13 +49,13 @@ def cluster_fixture():
 
 def leak_check(cluster: LocalRayCluster):
     """The body of the Ray modules' ``no_leaks`` (see the module docstring)."""
-    actors, kids, shm = cluster.alive_actors(), _other_children(cluster), conftest._shm_segments()
+    actors, kids, shm = cluster.alive_actors(), _other_children(cluster), leaks.shm_segments()
     yield
     gc.collect()  # a loader in a reference cycle closes its workers when the collector frees it
     deadline = time.monotonic() + BOUND
     while True:
         left = ((cluster.alive_actors() - actors) | {str(p) for p in _other_children(cluster) - kids}
-                | (conftest._shm_segments() - shm))
+                | (leaks.shm_segments() - shm))
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -64,4 +64,4 @@ def leak_check(cluster: LocalRayCluster):
 
 def _other_children(cluster: LocalRayCluster) -> set[int]:
     ours = cluster.processes()
-    return {p for p in conftest._children() if p not in ours and cluster._running(p)}
+    return {p for p in leaks.children() if p not in ours and cluster._running(p)}

@@ -191,3 +191,39 @@ def test_every_adapter_of_the_engine_under_a_tiny_switch_interval():
                               and not threads_named("seqloader-worker-97"))
     finally:
         sys.setswitchinterval(old)
+
+
+_EXIT_SCRIPT = """
+import os, sys, time
+from seqloader.prefetcher.threads import ThreadExecutor
+
+root = sys.argv[1]
+
+class Slow:
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        open(os.path.join(root, "started"), "w").close()
+        time.sleep(0.5)  # still inside the item when the script ends
+        open(os.path.join(root, "finished"), "w").close()
+        return i
+
+ex = ThreadExecutor(1, None)
+ex.launch(Slow(), gen=0)
+ex.submit(0, 0, 0)
+while not os.path.exists(os.path.join(root, "started")):
+    time.sleep(0.005)
+# the script ends here, its thread worker inside an item: the exit joins it (bounded)
+"""
+
+
+def test_interpreter_exit_joins_threads_still_inside_a_job(tmp_path):
+    """The NOTE [thread shutdown], 7: a daemon thread left inside native code while the interpreter
+    tears down can abort the process; the exit joins the runtime's threads first."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                          timeout=BOUND)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "finished").exists(), "the exit did not wait for the thread inside its job"

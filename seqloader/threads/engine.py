@@ -45,14 +45,23 @@ NOTE [thread shutdown]
    it until that call is done).
 6. What a thread's set-up switched on in that thread is switched off there as it ends: the
    ``on_exit(k)`` hook runs last in each thread, its ``init`` failed or not.
+7. Interpreter exit joins: the runtimes of this process are kept in a weak set, and one ``atexit``
+   handler (registered at import) stops each that still has threads, joining them against
+   :data:`CLOSE_TIMEOUT`, before the interpreter finalizes. A daemon thread still inside native
+   code when the interpreter tears down is ended by force, which aborts the process ("terminate
+   called without an active exception", exit code 134: a script whose loader raised, with thread
+   workers finishing their items, ended that way). ``atexit`` is not a gc finalizer: it may block,
+   and it is bounded.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, TypeVar
 
@@ -138,6 +147,7 @@ class Runtime:
         self.live = 0  # threads started and not ended
         self.hold: Any = None  # a context manager left once stopped with no thread alive (NOTE, 5)
         self.stopping = False
+        _RUNTIMES.add(self)  # joined at interpreter exit (NOTE, 7)
 
     # -- threads (under the lock) ------------------------------------------------------------------
 
@@ -305,6 +315,20 @@ class Runtime:
             self.live -= 1
             hold = self._take_hold_locked()
         _let_go(hold)
+
+
+#: the runtimes of this process, for the exit join (NOTE, 7); weak: a runtime's owner decides its life
+_RUNTIMES: "weakref.WeakSet[Runtime]" = weakref.WeakSet()
+
+
+def _join_at_exit() -> None:
+    """The NOTE, 7: stop every runtime of this process that still has threads, joining them (bounded)."""
+    for rt in list(_RUNTIMES):
+        if rt.pid == os.getpid() and rt.has_live_thread():
+            rt.stop(CLOSE_TIMEOUT)
+
+
+atexit.register(_join_at_exit)
 
 
 def _let_go(hold: Any) -> None:
