@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any, Callable, Optional, Sequence
 
 from seqloader.prefetcher.executor import Died, Done, Event, SetupFailed, Started
@@ -88,6 +89,7 @@ class RayExecutor:
     def __init__(self, num_workers: int, worker_init_fn: Optional[Callable[[int], None]], shared: Any,
                  options: RayWorkers):
         self.num_workers, self.options = num_workers, options
+        self._warned: dict = {}  # the registry of the actors' warnings issued again here (once each)
         self._init, self._shared = worker_init_fn, shared
         self._ray: Any = None
         self._cls: Any = None  # the actor class
@@ -243,7 +245,9 @@ class RayExecutor:
             if reply[0] == SKIPPED:
                 events.append(Done(w, gen, index, None))
                 return
-            _, ok, seconds, stages, data, buffers = reply
+            _, ok, seconds, stages, data, buffers, warned = reply
+            for category, message, filename, lineno in warned:  # an item's warning reaches the trainer
+                warnings.warn_explicit(message, category, filename, lineno, registry=self._warned)
             self._bytes += len(data) + sum(b.nbytes for b in buffers)
             events.append(Done(w, gen, index, (ok, data, buffers), seconds, stages))
 

@@ -18,9 +18,10 @@ Its methods run in three concurrency groups (one thread each):
   idle workers too.
 
 Wire format. A job's reply is a small tuple: ``(SKIPPED,)``, or ``(DONE, ok, seconds, stages, data,
-buffers)`` where ``data`` is the value (``ok``) or an :func:`~seqloader.prefetcher.faults.error_report`
-pickled with protocol 5, and ``buffers`` its out-of-band buffers (numpy arrays' and plain CPU
-tensors' bytes) as ``uint8`` numpy arrays. Ray stores numpy arrays in its object store without
+buffers, warned)`` where ``data`` is the value (``ok``) or an :func:`~seqloader.prefetcher.faults.error_report`
+pickled with protocol 5, ``buffers`` its out-of-band buffers (numpy arrays' and plain CPU
+tensors' bytes) as ``uint8`` numpy arrays, and ``warned`` the warnings the item showed, which the
+driver issues again (as a worker process's reach the training process). Ray stores numpy arrays in its object store without
 pickling them (zero-copy on the reader's side), so large arrays are never pickled in band.
 :func:`decode` rebuilds the value on the driver from *writable copies* of those buffers (see its
 docstring for why). Sequences and the set-up are pickled with ``cloudpickle`` (what Ray users
@@ -36,6 +37,7 @@ import pickle
 import sys
 import threading
 import time
+import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -179,6 +181,17 @@ def _where() -> tuple[int, str, str]:
 # --------------------------------------------------------------------------- the actor
 
 
+def _warning(w: Any) -> tuple:
+    """A warning shown while computing a job, as the trainer issues it again:
+    ``(category, message, filename, lineno)`` (a category that does not pickle becomes ``UserWarning``)."""
+    category = w.category
+    try:
+        pickle.dumps(category)
+    except Exception:
+        category = UserWarning
+    return (category, str(w.message), str(w.filename), int(w.lineno))
+
+
 class RayWorker:
     """One worker of a :class:`~seqloader.prefetcher.ray.RayExecutor` (see the module docstring)."""
 
@@ -240,11 +253,14 @@ class RayWorker:
             self._latest = gen
         times = stage_times.current()
         start = time.perf_counter()
-        try:
-            value, ok = self._seq[index], True
-        except BaseException as exc:
-            value, ok = exc, False
+        with warnings.catch_warnings(record=True) as shown:  # an actor computes one job at a time
+            warnings.simplefilter("always")  # the trainer's filters and registry decide what shows
+            try:
+                value, ok = self._seq[index], True
+            except BaseException as exc:
+                value, ok = exc, False
         seconds = time.perf_counter() - start
+        warned = tuple(_warning(w) for w in shown)
         token = None if times is None else times.begin()
         try:
             data, buffers = encode(value if ok else _report(value))
@@ -253,7 +269,7 @@ class RayWorker:
         if times is not None and token is not None:
             times.end(TRANSFER, token)
         stages = () if times is None else tuple(times.take().items())
-        return (DONE, ok, seconds, stages, data, buffers)
+        return (DONE, ok, seconds, stages, data, buffers, warned)
 
     def watch(self) -> None:
         """Never return (watch group): the call is pending for the actor's whole life, so that its
