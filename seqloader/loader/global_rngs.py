@@ -147,8 +147,8 @@ def numpy_state() -> Any:
     bytes where the raw layout is unknown or on the plain route), for comparing, not restoring."""
     where = _raw_layout()
     if where is None:
-        name, words, pos, has_gauss, gauss = np.random.get_state()
-        return name, words.tobytes(), pos, has_gauss, gauss
+        name, words, pos, has_gauss, gauss = np.random.get_state()  # the legacy tuple form
+        return name, np.asarray(words).tobytes(), pos, has_gauss, gauss
     rs = np.random.mtrand._rand
     return (ctypes.string_at(rs._bit_generator.ctypes.state_address, _MT_BYTES),
             ctypes.string_at(id(rs) + where.numpy_gauss, 16))

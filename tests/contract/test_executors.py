@@ -238,7 +238,13 @@ def test_a_death_blames_the_batch_that_died(process_executor, restarts):
     with pytest.raises(RuntimeError) as info:
         for b in loader:
             got.append(b)
-    assert "batch 14 (dataset indices [56, 57, 58, 59])" in str(info.value), str(info.value)
+    blamed = ["batch 14 (dataset indices [56, 57, 58, 59])"]
+    if isinstance(process_executor.get("worker_method"), seqloader.RayWorkers):
+        # Ray fails every pending call of a dead actor alike: a reply computed but not yet
+        # delivered looks owed, so the batch before it on that actor may be named instead
+        # (docs/ray.md, "Known limits"); a known gap, not a promise
+        blamed.append("batch 12 (dataset indices [48, 49, 50, 51])")
+    assert any(b in str(info.value) for b in blamed), str(info.value)
     if restarts:  # the epoch ends at the poison batch: what came before it came once, in order
         assert "poison batch" in str(info.value)
         assert [b.tolist() for b in got] == [list(range(4 * k, 4 * k + 4)) for k in range(len(got))]
