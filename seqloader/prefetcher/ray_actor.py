@@ -181,15 +181,14 @@ def _where() -> tuple[int, str, str]:
 # --------------------------------------------------------------------------- the actor
 
 
-def _warning(w: Any) -> tuple:
-    """A warning shown while computing a job, as the trainer issues it again:
+def _warning(message: Any, category: Any, filename: Any, lineno: Any) -> tuple:
+    """A warning shown in the actor, as the trainer issues it again:
     ``(category, message, filename, lineno)`` (a category that does not pickle becomes ``UserWarning``)."""
-    category = w.category
     try:
         pickle.dumps(category)
     except Exception:
         category = UserWarning
-    return (category, str(w.message), str(w.filename), int(w.lineno))
+    return (category, str(message), str(filename), int(lineno))
 
 
 class RayWorker:
@@ -200,6 +199,13 @@ class RayWorker:
         self._latest = -1
         self._shared: Any = None
         self._seq: Any = ()
+        self._warned: list = []  # warnings shown since the last reply, sent with it (the actor's process is ours)
+        warnings.showwarning = self._keep_warning  # once, as a worker process forwards its warnings
+
+    def _keep_warning(self, message: Any, category: Any, filename: Any, lineno: Any, file: Any = None,
+                      line: Any = None) -> None:
+        """``warnings.showwarning`` in the actor: kept for the next reply, which the trainer issues again."""
+        self._warned.append(_warning(message, category, filename, lineno))
 
     def setup(self, worker_id: int, shared: tuple, init_blob: bytes, seq_blob: bytes, gen: int) -> tuple:
         """Unpickle the shared object (:func:`dumps_shared`), the set-up and the sequence, run
@@ -253,14 +259,12 @@ class RayWorker:
             self._latest = gen
         times = stage_times.current()
         start = time.perf_counter()
-        with warnings.catch_warnings(record=True) as shown:  # an actor computes one job at a time
-            warnings.simplefilter("always")  # the trainer's filters and registry decide what shows
-            try:
-                value, ok = self._seq[index], True
-            except BaseException as exc:
-                value, ok = exc, False
+        try:
+            value, ok = self._seq[index], True
+        except BaseException as exc:
+            value, ok = exc, False
         seconds = time.perf_counter() - start
-        warned = tuple(_warning(w) for w in shown)
+        warned, self._warned = tuple(self._warned), []  # an actor computes one job at a time
         token = None if times is None else times.begin()
         try:
             data, buffers = encode(value if ok else _report(value))
