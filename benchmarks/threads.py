@@ -15,14 +15,18 @@ processes together: the machine's load disturbs it less than the wall clock; *co
   ``(64, 512)`` tensor) on 0 workers, 2 processes, 2 threads and 2 processes x 2 threads, and an
   SPDL pipeline over the row groups (one process, 2 threads). *bytes decoded / dataset*: Arrow
   bytes of the row groups decoded in all processes, over the dataset's.
-* ``threads_tar``: tar shards of 160x160 JPEGs decoded with PIL, batch 64, 2 workers, a block
-  shuffle (``window=2``): ``tar_shards`` and a hand-written offset index (``os.pread``) through
-  ``seqloader.DataLoader`` on threads and on processes, torch's ``DataLoader`` over the offset
-  index (the ratio base) and ``webdataset``'s ``WebLoader``.
+* ``threads_tar``: tar shards of 160x160 JPEGs, batch 64, 2 workers, a block shuffle
+  (``window=2``), decoded by ``seqloader.ImageDecoder("auto")`` (simplejpeg, which releases the
+  GIL, when installed): ``tar_shards`` and a hand-written offset index (``os.pread``) through
+  ``seqloader.DataLoader`` on threads, on processes and (``tar_shards``) on 2 processes x 2
+  threads, torch's ``DataLoader`` over the offset index (the ratio base) and ``webdataset``'s
+  ``WebLoader``, all with that decoder; then ``tar_shards`` (threads, processes) and ``webdataset``
+  decoding with PIL (issue 28's rows), each compared with the other PIL rows.
 * ``threads_memory``: a map-style dataset holding 1.2M ``(path, label)`` pairs, batch 256, 2
   workers, each loader in a fresh subprocess (in this process with ``--quick``): peak PSS of the
   process tree over an epoch and the seconds to the first batch.
-* ``threads_tiny``: 200,000 ints, batch 256, 2 workers (the items cost nothing: what is measured
+* ``threads_tiny``: 200,000 ints, batch 256, at 0 workers (seqloader against torch: the per-batch
+  path in the training process) and with 2 workers (the items cost nothing: what is measured
   is each loader's own work per batch), and 4,000 items of ~0.3 ms of pure Python each, batch 64
   (the GIL lets one thread run at a time: where threads lose).
 * ``threads_latency``: items that wait 20 ms (``benchmarks.sources.SleepyFiles``), batch 32, 2
@@ -49,8 +53,8 @@ from torch.utils.data import DataLoader, default_convert
 
 import seqloader
 from benchmarks.common import IntDataset, Options, Row, best_of
-from benchmarks.threads_data import (PathLabels, PssSampler, PythonItems, RowIndex, TarIndex, cache_blocks,
-                                     decode_jpeg, read_tokens, with_cpu, write_jpeg_shards, write_token_files)
+from benchmarks.threads_data import (DecodeSample, PathLabels, PssSampler, PythonItems, RowIndex, TarIndex,
+                                     cache_blocks, decode_jpeg, read_tokens, with_cpu, write_jpeg_shards, write_token_files)
 
 __all__ = ["THREADS_WORKLOADS", "threads_latency", "threads_memory", "threads_parquet", "threads_tar",
            "threads_tiny"]
@@ -181,44 +185,52 @@ def threads_parquet(opts: Options) -> list[Row]:
 # --------------------------------------------------------------------------- tar shards of JPEGs
 
 
-def _wds(urls: list[str]) -> float:
+def _wds(urls: list[str], decode: Callable[[dict], Any]) -> float:
     import webdataset as wds
 
     t0 = time.perf_counter()
-    ds = wds.WebDataset(urls, shardshuffle=False, empty_check=False).map(decode_jpeg).batched(BATCH)
+    ds = wds.WebDataset(urls, shardshuffle=False, empty_check=False).map(decode).batched(BATCH)
     for _ in wds.WebLoader(ds, batch_size=None, num_workers=2):
         pass
     return time.perf_counter() - t0
 
 
 def threads_tar(opts: Options) -> list[Row]:
-    """Tar shards of JPEGs decoded with PIL: tar_shards and an offset index on threads and processes,
-    against torch and webdataset."""
+    """Tar shards of JPEGs decoded with ``seqloader.ImageDecoder`` (simplejpeg when installed):
+    tar_shards and an offset index on threads, processes and threads inside processes, against
+    torch and webdataset with the same decoder; and tar_shards and webdataset decoding with PIL."""
     shards, per, side = (2, 32, 160) if opts.quick else (8, 250, 160)
+    fast = DecodeSample(seqloader.ImageDecoder("auto"))   # what every row but the PIL ones decodes with
+    jpeg = fast.decode.jpeg
     tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
     try:
         folder = os.path.join(tmp, "shards")
         urls = write_jpeg_shards(folder, shards, per, side)
-        src = seqloader.tar_shards(folder, transform=decode_jpeg)   # both indexes built before timing
-        index = TarIndex(urls)
+        src = seqloader.tar_shards(folder, transform=fast)   # every index built before timing
+        src_pil = seqloader.tar_shards(folder, transform=decode_jpeg)
+        index = TarIndex(urls, fast)
         ends = np.cumsum([per] * shards)
 
         def sampler(data: Any) -> Any:
             return seqloader.BlockShuffleSampler(data, blocks=ends, window=2, seed=0, lanes=2, chunk=BATCH)
 
-        def tar(method: str) -> Any:
-            return _loader(src, sampler(src), 2, method, 1)
+        def tar(data: Any, method: str, threads: int = 1) -> Any:
+            return _loader(data, sampler(data), 2, method, threads)
 
         runs: dict[str, Callable[[], float]] = {
             "torch": lambda: _epoch(lambda: DataLoader(index, batch_size=BATCH, sampler=sampler(index), num_workers=2)),
-            "tar-processes": lambda: _epoch(lambda: tar("multiprocessing")),
-            "tar-threads": lambda: _epoch(lambda: tar("thread")),
-            "index-processes": lambda: _epoch(lambda: _loader(index, sampler(index), 2, "multiprocessing", 1)),
-            "index-threads": lambda: _epoch(lambda: _loader(index, sampler(index), 2, "thread", 1))}
+            "tar-processes": lambda: _epoch(lambda: tar(src, "multiprocessing")),
+            "tar-threads": lambda: _epoch(lambda: tar(src, "thread")),
+            "tar-inside": lambda: _epoch(lambda: tar(src, "multiprocessing", 2)),
+            "index-processes": lambda: _epoch(lambda: tar(index, "multiprocessing")),
+            "index-threads": lambda: _epoch(lambda: tar(index, "thread")),
+            "tar-threads-pil": lambda: _epoch(lambda: tar(src_pil, "thread")),
+            "tar-processes-pil": lambda: _epoch(lambda: tar(src_pil, "multiprocessing"))}
         try:
             import webdataset  # noqa: F401
 
-            runs["webdataset"] = lambda: _wds(urls)
+            runs["webdataset"] = lambda: _wds(urls, fast)
+            runs["webdataset-pil"] = lambda: _wds(urls, decode_jpeg)
         except ImportError:
             pass
         cpu: dict[str, float] = {}
@@ -227,20 +239,23 @@ def threads_tar(opts: Options) -> list[Row]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     n, base = shards * per, best["torch"]
-    wds_t = best.get("webdataset")
+    wds_t, wds_pil = best.get("webdataset"), best.get("webdataset-pil")
 
-    def row(label: str, key: str, notes: str) -> Row:
+    def row(label: str, key: str, notes: str, workers: int = 2) -> Row:
         t = best[key]
-        vs_wds = f"{wds_t / t:.2f}x webdataset; " if wds_t else ""
-        return Row("threads_tar", label, 2, n / t, "samples/s", mb / t, ratio=base / t,
+        against = wds_pil if key.endswith("-pil") else wds_t
+        vs_wds = f"{against / t:.2f}x webdataset; " if against else ""
+        return Row("threads_tar", label, workers, n / t, "samples/s", mb / t, ratio=base / t,
                    notes=f"{vs_wds}{notes}; {cpu[key]:.2f} CPU-s")
 
-    size = f"{shards} shards x {per} JPEGs {side}x{side} ({mb:.0f} MB), PIL decode, batch {BATCH}"
+    size = f"{shards} shards x {per} JPEGs {side}x{side} ({mb:.0f} MB), decoded by {fast.decode!r}, batch {BATCH}"
     out = [row("seqloader.tar_shards, threads", "tar-threads",
-               f"{best['index-threads'] / best['tar-threads']:.2f}x the offset index on threads; "
-               f"{best['tar-processes'] / best['tar-threads']:.2f}x tar_shards on processes"),
+               f"{best['tar-processes'] / best['tar-threads']:.2f}x tar_shards on processes; "
+               f"{best['tar-threads-pil'] / best['tar-threads']:.2f}x itself decoding with PIL; "
+               f"{best['index-threads'] / best['tar-threads']:.2f}x the offset index on threads"),
            row("seqloader.tar_shards, processes", "tar-processes",
                f"{best['index-processes'] / best['tar-processes']:.2f}x the offset index on processes"),
+           row("seqloader.tar_shards, 2 processes x 2 threads", "tar-inside", "threads_per_worker=2"),
            row("offset index (os.pread) through seqloader.DataLoader, threads", "index-threads", "hand-written"),
            row("offset index (os.pread) through seqloader.DataLoader, processes", "index-processes", "hand-written"),
            Row("threads_tar", "torch DataLoader over the offset index", 2, n / base, "samples/s", mb / base,
@@ -248,8 +263,14 @@ def threads_tar(opts: Options) -> list[Row]:
                      f"{cpu['torch']:.2f} CPU-s")]
     if wds_t:
         out.append(Row("threads_tar", "webdataset WebLoader", 2, n / wds_t, "samples/s", mb / wds_t, ratio=base / wds_t,
-                       notes=f"shards split between the 2 workers, file order, webdataset's batched(64); "
-                             f"{cpu['webdataset']:.2f} CPU-s"))
+                       notes=f"shards split between the 2 workers, file order, webdataset's batched(64), "
+                             f"the same decoder ({jpeg}); {cpu['webdataset']:.2f} CPU-s"))
+    out += [row("seqloader.tar_shards, threads, PIL decode", "tar-threads-pil",
+                f"{best['tar-processes-pil'] / best['tar-threads-pil']:.2f}x tar_shards on processes with PIL"),
+            row("seqloader.tar_shards, processes, PIL decode", "tar-processes-pil", "PIL")]
+    if wds_pil:
+        out.append(Row("threads_tar", "webdataset WebLoader, PIL decode", 2, n / wds_pil, "samples/s", mb / wds_pil,
+                       ratio=base / wds_pil, notes=f"issue 28's base; {cpu['webdataset-pil']:.2f} CPU-s"))
     return out
 
 
@@ -330,20 +351,30 @@ def threads_tiny(opts: Options) -> list[Row]:
                                                                                  batch_size=b, shuffle=True))
         runs[f"{name}-torch"] = lambda d=data, b=bs: _epoch(lambda: DataLoader(d, batch_size=b, shuffle=True,
                                                                                num_workers=2))
+    # num_workers=0 on the ints, in the same run (issue 37: the per-batch path in the training process)
+    runs["tiny-zero"] = lambda: _epoch(lambda: _loader(tiny, None, 0, "multiprocessing", 1, batch_size=256, shuffle=True))
+    runs["tiny-torch-zero"] = lambda: _epoch(lambda: DataLoader(tiny, batch_size=256, shuffle=True, num_workers=0))
     cpu: dict[str, float] = {}
     best = best_of(opts.repeat, with_cpu(runs, cpu))
     out = []
+    zero, torch_zero = best["tiny-zero"], best["tiny-torch-zero"]
+    out += [Row("threads_tiny", "seqloader, 0 workers", 0, len(tiny) / zero, "samples/s", ratio=torch_zero / zero,
+                notes=f"ratio: over torch at 0 workers; {cpu['tiny-zero']:.3f} CPU-s "
+                      f"({cpu['tiny-torch-zero'] / cpu['tiny-zero']:.2f}x torch's CPU)"),
+            Row("threads_tiny", "torch DataLoader, 0 workers", 0, len(tiny) / torch_zero, "samples/s",
+                notes=f"{len(tiny):,} ints, batch 256; {cpu['tiny-torch-zero']:.3f} CPU-s")]
     for name, data, what in (("tiny", tiny, f"{len(tiny):,} ints, batch 256"),
                              ("python", heavy, f"{len(heavy):,} items of ~0.3 ms of pure Python, batch 64")):
         n, t, p, base = len(data), best[f"{name}-threads"], best[f"{name}-processes"], best[f"{name}-torch"]
         label = "" if name == "tiny" else " (Python items)"
         busy = {k: cpu[f"{name}-{k}"] / best[f"{name}-{k}"] for k in ("threads", "processes", "torch")}
         out += [Row("threads_tiny", f"seqloader, threads{label}", 2, n / t, "samples/s", ratio=base / t,
-                    notes=f"{p / t:.2f}x seqloader's processes; {busy['threads']:.2f} cores busy"),
+                    notes=f"{p / t:.2f}x seqloader's processes; {busy['threads']:.2f} cores busy; "
+                          f"{cpu[f'{name}-threads']:.3f} CPU-s"),
                 Row("threads_tiny", f"seqloader, processes{label}", 2, n / p, "samples/s", ratio=base / p,
-                    notes=f"{busy['processes']:.2f} cores busy"),
+                    notes=f"{busy['processes']:.2f} cores busy; {cpu[f'{name}-processes']:.3f} CPU-s"),
                 Row("threads_tiny", f"torch DataLoader{label}", 2, n / base, "samples/s",
-                    notes=f"{what}; {busy['torch']:.2f} cores busy")]
+                    notes=f"{what}; {busy['torch']:.2f} cores busy; {cpu[f'{name}-torch']:.3f} CPU-s")]
     return out
 
 

@@ -1,6 +1,6 @@
 """What the ``threads_*`` workloads (:mod:`benchmarks.threads`) read: their files, the hand-written
 baselines (a map-style index over Parquet rows, an offset index over tar members), the decode
-function they share, and a sampler of the memory (PSS) of a process tree.
+functions they share, and a sampler of the memory (PSS) of a process tree.
 
 This module imports neither seqloader nor any workload module.
 """
@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-__all__ = ["PathLabels", "PssSampler", "PythonItems", "RowIndex", "TarIndex", "cache_blocks", "decode_jpeg",
+__all__ = ["DecodeSample", "PathLabels", "PssSampler", "PythonItems", "RowIndex", "TarIndex", "cache_blocks", "decode_jpeg",
            "pss_of_tree", "read_tokens", "with_cpu", "write_jpeg_shards", "write_token_files"]
 
 
@@ -139,12 +139,23 @@ def decode_jpeg(sample: dict) -> tuple[torch.Tensor, int]:
     return torch.from_numpy(pixels), int(sample["cls"])
 
 
+class DecodeSample:
+    """:func:`decode_jpeg` with another bytes -> ``HxWx3`` uint8 array function ``decode`` (such as
+    ``seqloader.ImageDecoder("simplejpeg")``); picklable when ``decode`` is."""
+
+    def __init__(self, decode: Callable[[bytes], np.ndarray]):
+        self.decode = decode
+
+    def __call__(self, sample: dict) -> tuple[torch.Tensor, int]:
+        return torch.from_numpy(self.decode(sample["jpg"])), int(sample["cls"])
+
+
 class TarIndex(torch.utils.data.Dataset):
     """A hand-written offset index over tar shards: ``(path, offset, size)`` of each sample's
     ``jpg`` and ``cls`` (from ``tarfile``, once), read with ``os.pread`` on a descriptor kept per
-    process and path, decoded by :func:`decode_jpeg`."""
+    process and path, decoded by ``decode`` (default :func:`decode_jpeg`)."""
 
-    def __init__(self, paths: list[str]):
+    def __init__(self, paths: list[str], decode: Callable[[dict], tuple[torch.Tensor, int]] = decode_jpeg):
         self.items = []
         for path in paths:
             members: dict[str, dict[str, tuple[int, int]]] = {}
@@ -153,6 +164,7 @@ class TarIndex(torch.utils.data.Dataset):
                     key, ext = m.name.split(".", 1)
                     members.setdefault(key, {})[ext] = (m.offset_data, m.size)
             self.items += [(path, *members[k]["jpg"], *members[k]["cls"]) for k in sorted(members)]
+        self.decode = decode
         self._fds: dict[tuple[int, str], int] = {}
 
     def __len__(self) -> int:
@@ -164,7 +176,7 @@ class TarIndex(torch.utils.data.Dataset):
         fd = self._fds.get(key)
         if fd is None:
             fd = self._fds.setdefault(key, os.open(path, os.O_RDONLY))
-        return decode_jpeg({"jpg": os.pread(fd, size, offset), "cls": os.pread(fd, cls_size, cls_offset)})
+        return self.decode({"jpg": os.pread(fd, size, offset), "cls": os.pread(fd, cls_size, cls_offset)})
 
 
 # --------------------------------------------------------------------------- memory and the GIL

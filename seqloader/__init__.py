@@ -57,6 +57,8 @@ _EXPORTS = {
     "arrow_ipc": "seqloader.sources.arrow",
     "tar_shards": "seqloader.sources.tar",
     "image_folder": "seqloader.sources.folder",
+    "decode_image": "seqloader.sources.images",
+    "ImageDecoder": "seqloader.sources.images",
     "describe_files": "seqloader.sources.fingerprint",
     "check_same_files": "seqloader.sources.fingerprint",
     "pack": "seqloader.packing.pack",
@@ -112,5 +114,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-
     from seqloader.sources.arrow import arrow_ipc as arrow_ipc
     from seqloader.sources.fingerprint import check_same_files as check_same_files, describe_files as describe_files
     from seqloader.sources.folder import image_folder as image_folder
+    from seqloader.sources.images import ImageDecoder as ImageDecoder, decode_image as decode_image
     from seqloader.sources.parquet_files import parquet as parquet
     from seqloader.sources.tar import tar_shards as tar_shards

@@ -18,6 +18,7 @@ producing an unrelated stream. Seeds are ints in ``[0, 2**64)``.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -136,10 +137,23 @@ def hash_seed(seed: int, purpose: str, *position: int) -> int:
         >>> len({hash_seed(0, "batch_globals", 0, k) for k in range(1000)})
         1000
     """
-    x = _splitmix((seed ^ (PURPOSES[purpose] << 56)) & _M64)
-    for p in position:
-        x = (_splitmix(x ^ p) + 0x9E3779B97F4A7C15) & _M64
+    x = _hash_prefix(seed, purpose, position[:-1]) if position else _splitmix((seed ^ (PURPOSES[purpose] << 56)) & _M64)
+    if position:
+        x = (_splitmix(x ^ position[-1]) + _GOLDEN) & _M64
     return _splitmix(x)
+
+
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+@functools.lru_cache(maxsize=64)
+def _hash_prefix(seed: int, purpose: str, prefix: tuple[int, ...]) -> int:
+    """:func:`hash_seed`'s state after ``seed``, ``purpose`` and all positions but the last: the
+    same for every batch of an epoch, so it is computed once per epoch (about 0.7 µs a batch)."""
+    x = _splitmix((seed ^ (PURPOSES[purpose] << 56)) & _M64)
+    for p in prefix:
+        x = (_splitmix(x ^ p) + _GOLDEN) & _M64
+    return x
 
 
 def item_rng(seed: int, index: int) -> np.random.Generator:

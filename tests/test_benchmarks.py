@@ -163,8 +163,9 @@ def test_the_threads_workloads_report_every_executor_against_its_baselines():
     assert [r.loader.split(",")[0] for r in rows][:2] == ["seqloader.tar_shards"] * 2
     assert all(r.value > 0 and r.unit == "samples/s" for r in rows) and "the offset index" in rows[0].notes
     rows = _quick_rows("threads_tiny")
-    assert [r.loader for r in rows][:3] == ["seqloader, threads", "seqloader, processes", "torch DataLoader"]
-    assert len(rows) == 6 and all(r.value > 0 for r in rows)
+    assert [r.loader for r in rows][:5] == ["seqloader, 0 workers", "torch DataLoader, 0 workers",
+                                            "seqloader, threads", "seqloader, processes", "torch DataLoader"]
+    assert len(rows) == 8 and all(r.value > 0 for r in rows)
 
 
 def test_the_memory_workload_measures_each_loader_in_a_fresh_process():

@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 
 from seqloader.errors import add_note, note_stage
 from seqloader.loader.seeding import DERIVATION, seed_globals, watch_globals
-from seqloader.loader.torch_compat import (collate_in_plain_memory, collate_into_slot, fetch, has_arrays,
+from seqloader.loader.torch_compat import (collate_in_plain_memory, collate_into_slot, fetcher, has_arrays,
                                            is_default_collate)
 from seqloader.prefetcher.processes.payload import SlotWriter
 from seqloader.sequences import stage_times
@@ -156,6 +156,10 @@ class EpochBatches(LazySequence):
         self._epoch = epoch
         self._derivation = derivation
         self._auto_collation = not getattr(plan, "single", False)
+        self._fetch: Optional[Callable[[Any], Any]] = None   # torch's fetcher of the dataset, made once per process
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_fetch": None}   # (made again where it is unpickled)
 
     def __len__(self) -> int:
         return len(self._plan)
@@ -175,11 +179,11 @@ class EpochBatches(LazySequence):
         watched = watch_globals(self._epoch)  # a thread worker: does it draw from the shared globals?
         times = stage_times.current() if stage_times.ACTIVE is not None else None
         data: Any = None
+        read = self._fetch
+        if read is None:   # (threads sharing this object may each make one: equal fetchers)
+            read = self._fetch = fetcher(self._dataset, self._auto_collation)
         try:  # (try/except rather than annotate(): this runs once per batch, ~2 µs saved)
-            if times is None:
-                data = fetch(self._dataset, indices, self._auto_collation)
-            else:
-                data = times.call(FETCH, fetch, self._dataset, indices, self._auto_collation)
+            data = read(indices) if times is None else times.call(FETCH, read, indices)
             if in_slot and self._auto_collation and is_default_collate(self._collate_fn) and data \
                     and has_arrays(data[0]):
                 out: Any = SlotCollate(data, key, {"batch": b, "epoch": self._epoch}, indices=indices)

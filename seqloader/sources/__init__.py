@@ -12,7 +12,9 @@ from seqloader.sources.arrow import arrow_ipc
 from seqloader.sources.base import Source
 from seqloader.sources.fingerprint import check_same_files, describe_files
 from seqloader.sources.folder import image_folder
+from seqloader.sources.images import ImageDecoder, decode_image
 from seqloader.sources.parquet_files import parquet
 from seqloader.sources.tar import tar_shards
 
-__all__ = ["Source", "arrow_ipc", "check_same_files", "describe_files", "image_folder", "parquet", "tar_shards"]
+__all__ = ["ImageDecoder", "Source", "arrow_ipc", "check_same_files", "decode_image", "describe_files", "image_folder",
+           "parquet", "tar_shards"]

@@ -111,3 +111,50 @@ def test_the_callers_states_with_cached_gaussians_are_untouched_by_each_batch():
     again = list(DataLoader(Draws(), batch_size=5, shuffle=True, seed=0))
     assert_same(public_states(), want)
     assert all(torch.equal(a, b) for a, b in zip(batches, again))  # batches do not depend on the caller
+
+
+def test_the_raw_views_follow_a_replaced_bit_generator_and_step_aside_for_another_kind():
+    """``np.random.set_bit_generator`` swaps the global RandomState's bit generator: the views are
+    made again over the new MT19937, and a generator of another kind takes the public route."""
+    original = np.random.get_bit_generator()
+    views = global_rngs.raw_views()
+    assert views is None or global_rngs.raw_views() is views   # made once
+    try:
+        for replacement in (np.random.MT19937(5), np.random.PCG64(5)):
+            np.random.set_bit_generator(replacement)
+            np.random.rand(3)
+            before = np.random.get_state(legacy=False)
+            snap = Snapshot()
+            np.random.seed(11) if isinstance(replacement, np.random.MT19937) else np.random.rand(7)
+            snap.restore()
+            assert repr(np.random.get_state(legacy=False)) == repr(before)
+            again = global_rngs.raw_views()
+            if isinstance(replacement, np.random.MT19937):
+                assert again is None or again.bit_generator is replacement
+            else:
+                assert again is None and global_rngs.numpy_state() == repr(np.random.get_state(legacy=False))
+    finally:
+        np.random.set_bit_generator(original)
+    assert views is None or global_rngs.raw_views().bit_generator is original
+
+
+class _Draws(torch.utils.data.Dataset):
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        return torch.tensor([float(i), random.random(), float(np.random.rand()), float(torch.rand(()))],
+                            dtype=torch.float64)
+
+
+def test_tiny_items_at_zero_workers_give_the_pinned_batches_and_leave_the_callers_states():
+    """The per-batch seeding and the raw snapshots at ``num_workers=0`` (made cheaper in issue 37:
+    views instead of ctypes calls, a cached hash prefix) give the draws pinned before that change,
+    and the caller's generators continue as if no batch had been computed."""
+    random.seed(1); np.random.seed(1); torch.manual_seed(1)
+    loader = DataLoader(_Draws(), batch_size=8, shuffle=True, seed=7)
+    out = [b for _ in range(2) for b in loader]
+    assert out[0][0].tolist() == [15.0, 0.7260940511911348, 0.7805723612866897, 0.9617650508880615]
+    assert out[-1][-1].tolist() == [29.0, 0.7812821267785609, 0.13428639319608926, 0.732358455657959]
+    assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == (
+        0.13436424411240122, 0.417022004702574, 0.7576315999031067)   # as right after seeding with 1

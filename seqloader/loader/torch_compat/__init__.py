@@ -12,7 +12,7 @@ A torch release is checked here and nowhere else. What seqloader borrows from
 * torch's generic ``collate`` and ``default_collate_fn_map``, to run ``default_collate`` with its
   tensors stacked straight into regions of a worker's slot (:func:`collate_into_slot`);
 * the map-style fetch (``_MapDatasetFetcher``: ``dataset.__getitems__`` when it exists):
-  :func:`fetch`; pinning (``pin_memory``): :func:`pin`;
+  :func:`fetch` (:func:`fetcher`: made once for many batches); pinning (``pin_memory``): :func:`pin`;
 * torch's words, which user code matches on: a dead worker, a timeout, running out of file
   descriptors, the ``pin_memory`` warnings (:func:`worker_error`, :func:`open_files_error`,
   :func:`pin_device`); a batch that killed a worker and its replacement starts with torch's
@@ -50,6 +50,7 @@ the patch ends with the last thread worker.
 """
 
 from seqloader.loader.torch_compat.collate import (TORCH_COLLATES, collate_in_plain_memory, collate_into_slot, fetch,
+                                                   fetcher,
                                                    has_arrays, is_default_collate)
 from seqloader.loader.torch_compat.words import (open_files_error, pin, pin_device, poison_error,
                                                  worker_error)
@@ -60,7 +61,7 @@ from seqloader.loader.torch_compat.worker_info import (clear_worker_info, hold_t
                                                        thread_worker_info_holders, worker_dataset,
                                                        worker_info_hidden)
 
-__all__ = ["TORCH_COLLATES", "clear_worker_info", "collate_in_plain_memory", "collate_into_slot", "fetch",
+__all__ = ["TORCH_COLLATES", "clear_worker_info", "collate_in_plain_memory", "collate_into_slot", "fetch", "fetcher",
            "has_arrays", "hold_thread_worker_info_for_process", "install_thread_worker_info", "install_worker_info",
            "is_default_collate", "numpy_worker_seed", "open_files_error", "pin", "pin_device", "poison_error",
            "refuse_thread_workers_on_plain_route", "thread_generators", "thread_worker_info", "thread_worker_info_holders", "worker_dataset", "worker_error",
