@@ -19,6 +19,7 @@ import functools
 import logging
 from typing import Any, Callable, Optional
 
+from seqloader.loader.block_caches import size_block_caches
 from seqloader.loader.epoch import MapIterator
 from seqloader.loader.iterable import IterableIterator
 from seqloader.loader.iterator import Opened, read_window
@@ -91,6 +92,8 @@ def open_map_epoch(loader: Settings, reading: Reading, progress: Progress, worke
     of starting workers)."""
     reading.control.resolve(reading.recipe(loader))
     seq, skip = epoch_batches(reading.recipe(loader), progress)
+    if reuse is None:   # (before workers start: processes and actors get the sizes with the dataset)
+        size_block_caches(loader.dataset, reading.seekable, loader.num_workers, loader.executor, loader.in_order)
     return _opened(loader, progress, workers, stats, seq, skip, 0, streams=False, reuse=reuse)
 
 
