@@ -9,7 +9,8 @@ of one int per block of the source. A columnar batch (:meth:`Slots.gather`) is t
 one native call: ``numpy.take(buffer, base[blocks] + rows, axis=0, mode="clip")``, written
 straight into the array the batch holds (``mode="clip"``: numpy's default ``"raise"`` gathers
 into a scratch buffer and copies it; the positions are in range by construction), whatever
-the number of blocks the batch spans. The Python per batch is a few numpy calls, none per row
+the number of blocks the batch spans, into an array reused once the training loop has dropped
+the batch it was (:mod:`seqloader.sources._batch_buffers`: pages already touched). The Python per batch is a few numpy calls, none per row
 or per block; ``benchmarks/threads.py`` measures it (``threads_parquet``, "Python per batch").
 
 A column goes in the buffers when its values are numbers, booleans or times (1-D), or rows of
@@ -28,6 +29,7 @@ from typing import Any, Optional
 import numpy as np
 
 from seqloader.sources._arena import Arena
+from seqloader.sources._batch_buffers import BatchBuffers
 
 __all__ = ["Block", "Slots", "slot_rows"]
 
@@ -66,6 +68,8 @@ class Slots:
         self.rows: Optional[int] = None   # rows per slot: set by the first store (every store passes the same)
         self._buffers: dict[str, np.ndarray] = {}
         self._base: Optional[np.ndarray] = None   # per block of the source: its first row in the buffers
+        #: the arrays batches are gathered into, reused once released
+        self.buffers = BatchBuffers()
         self._lock = threading.Lock()
 
     def _buffer(self, name: str, like: np.ndarray, rows: int) -> np.ndarray | None:
@@ -111,7 +115,7 @@ class Slots:
         when the batch reads one block, else from the column's buffer; a column some block does
         not hold in the buffers is gathered block by block."""
         if len(keys) == 1:
-            return {name: np.take(col, rows, axis=0, mode="clip") for name, col in decoded[keys[0]].cols.items()}
+            return {name: self._take(col, rows) for name, col in decoded[keys[0]].cols.items()}
         parts = [decoded[b] for b in keys]
         index: Optional[np.ndarray] = None
         out = {}
@@ -119,11 +123,19 @@ class Slots:
             if self._base is not None and all(name in p.slotted for p in parts):
                 if index is None:
                     index = self._base[blocks] + rows
-                out[name] = np.take(self._buffers[name], index, axis=0, mode="clip")
+                out[name] = self._take(self._buffers[name], index)
             else:
                 which = np.searchsorted(np.asarray(keys), blocks)
                 out[name] = _gather([p.cols[name] for p in parts], which, rows, int(blocks.size))
         return out
+
+
+    def _take(self, col: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """``col[index]`` (rows), written into a reused array of :attr:`buffers`."""
+        if col.dtype.hasobject:
+            return np.take(col, index, axis=0)
+        out = self.buffers.empty((index.size, *col.shape[1:]), col.dtype)
+        return np.take(col, index, axis=0, out=out, mode="clip")
 
 
 def slot_rows(lengths: Any) -> int:

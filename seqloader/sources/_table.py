@@ -85,7 +85,8 @@ class TableSource(Source[Any]):
         self._transform = transform
         #: the explicit ``cache_blocks`` (a cap the loader keeps), or ``None``: sized by the loader
         self._cache_cap = None if cache_blocks is None else check_positive_int(self._op, "cache_blocks", cache_blocks)
-        self._cache_blocks = DEFAULT_CACHE_BLOCKS if cache_blocks is None else self._cache_cap
+        self._cache_blocks: int = DEFAULT_CACHE_BLOCKS if self._cache_cap is None else self._cache_cap
+        self._cache_sized = False   # a loader has sized it (from then on it only grows)
         self._slots: ProcessLocal[Slots] = ProcessLocal(functools.partial(Slots, self._cache_blocks, self._op))
         self._rows_per_slot: int | None = None   # slot_rows of the index, computed on first use
 
@@ -104,7 +105,8 @@ class TableSource(Source[Any]):
         """Keep at least ``blocks`` decoded blocks per process from now on, unless ``cache_blocks``
         was given (then it stays as given); returns the number kept. ``seqloader.DataLoader`` calls
         it when an epoch opens, before its workers start (:mod:`seqloader.loader.block_caches`).
-        The number only grows: two loaders over one source each get what they need. This
+        The first call replaces :data:`DEFAULT_CACHE_BLOCKS`; later ones only grow the number:
+        two loaders over one source each get what they need. This
         process's decoded blocks move to a larger arena (its counters go on; a batch being read
         finishes in the arena it began in).
 
@@ -113,8 +115,8 @@ class TableSource(Source[Any]):
             >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
             >>> pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)
             >>> src = seqloader.parquet(path)
-            >>> src.cache_blocks, src.size_cache(24), src.size_cache(16), src.cache_blocks
-            (8, 24, 24, 24)
+            >>> src.cache_blocks, src.size_cache(4), src.size_cache(24), src.size_cache(16)
+            (8, 4, 24, 24)
             >>> seqloader.parquet(path, cache_blocks=4).size_cache(24)    # a cap stays as given
             4
             >>> src.size_cache(0)
@@ -122,12 +124,15 @@ class TableSource(Source[Any]):
             ValueError: parquet: blocks must be a positive int (got 0)
         """
         blocks = check_positive_int(self._op, "blocks", blocks)
-        if self._cache_cap is not None or blocks <= self._cache_blocks:
+        if self._cache_cap is not None or blocks == self._cache_blocks or (self._cache_sized and
+                                                                           blocks < self._cache_blocks):
             return self._cache_blocks
+        self._cache_sized = True
         old = self._slots.peek()
-        counters = None if old is None else old.arena.counters()
-        self._cache_blocks = blocks
-        self._slots = ProcessLocal(functools.partial(Slots, blocks, self._op, counters))
+        slots: ProcessLocal[Slots] = ProcessLocal(functools.partial(Slots, blocks, self._op))
+        if old is not None:   # (this process's counters go on; other processes build their own)
+            slots.put(Slots(blocks, self._op, old.arena.counters()))
+        self._cache_blocks, self._slots = blocks, slots
         return blocks
 
     def _read_blocks(self, blocks: list[int]) -> list[Any]:  # pragma: no cover - abstract
