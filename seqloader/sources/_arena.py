@@ -30,7 +30,9 @@ same lock.
 
 **Too small an arena** decodes the same blocks again and again (readers that use more blocks at
 once than it keeps: a block shuffle's window per worker process, one per thread under thread
-workers): the epoch is still exact but can be tens of times slower. A block decoded again soon
+workers): the epoch is still exact but can be tens of times slower. ``seqloader.DataLoader``
+sizes the arenas of sources built with the default ``cache_blocks=None``
+(:mod:`seqloader.loader.block_caches`); an explicit ``cache_blocks`` is kept as given. A block decoded again soon
 after it was evicted (fewer than ``capacity`` other decodes in between) is counted
 (``blocks_decoded_again``); when more than half of the last ``4 * capacity`` decodes were such,
 the arena warns once (:class:`ArenaTooSmall`, a ``RuntimeWarning``) with the fix.
@@ -185,7 +187,8 @@ class Arena(Generic[V]):
                           f"half of the last {self._recent.maxlen} blocks decoded had been evicted a moment "
                           f"before ({describe(thrashed)}, for one); the batches are right but each block is "
                           "decoded many times. Leave cache_blocks=None (the default: seqloader.DataLoader sizes it "
-                          "from its sampler and executor), or keep at least what the readers use at once: a "
+                          "from its BlockShuffleSampler and executor), or keep at least what the readers use at "
+                          "once: a "
                           "block shuffle's window per worker process, 2 * window with threads_per_worker, "
                           "window * (num_workers + 1) with worker_method='thread'", ArenaTooSmall, stacklevel=3)
         try:
