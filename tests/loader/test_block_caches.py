@@ -179,3 +179,26 @@ def test_the_defaults_resume_exactly(folder, method):
         return _loader(seqloader.parquet(folder, columnar=True), num_workers, method, 1, collate_fn=default_convert)
 
     assert_resumes_exactly(make, stops=[0, 5, -1])
+
+
+def test_two_loaders_over_one_source_read_it_at_once(folder):
+    """Each loader sizes the shared source when its epoch opens (the second grows the arena while
+    the first one's threads read it): both read their batches exactly."""
+    src = seqloader.parquet(folder, columnar=True)
+    reference = list(_loader(seqloader.parquet(folder, columnar=True, cache_blocks=GROUPS), 0, "", 1,
+                             collate_fn=default_convert))
+    threads = iter(_loader(src, 2, "thread", 1, collate_fn=default_convert))
+    first = next(threads)
+    assert src.cache_blocks == 3 * WINDOW
+    more = seqloader.DataLoader(src, batch_size=BATCH, num_workers=2, worker_method="thread", seed=0,
+                                sampler=seqloader.BlockShuffleSampler(src, window=2 * GROUPS, seed=3, lanes=LANES),
+                                collate_fn=default_convert)
+    got, others = [first], []
+    for b in more:   # (the second loader's epoch opens after the first's first batch, and grows the arena)
+        assert src.cache_blocks == GROUPS
+        others.append(b)
+        got += [a for a in [next(threads, None)] if a is not None]
+    assert len(got) == len(reference) == len(others)
+    assert sorted(torch.cat([b["label"] for b in others]).tolist()) == list(range(GROUPS * ROWS))
+    for a, b in zip(got, reference):
+        assert torch.equal(a["tokens"], b["tokens"])
