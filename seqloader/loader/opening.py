@@ -5,7 +5,8 @@
 recipe's batches, or an ``IterableDataset``'s streams), read from this process or from the
 workers (started here: like torch, a failing ``worker_init_fn`` raises at ``iter()``), with the
 items already yielded out of order (``ahead``) skipped, and :func:`new_iterator` is ``iter(loader)``
-around them. They read the loader's public settings only
+around them. A map-style epoch first sizes its sources' caches of decoded blocks
+(:mod:`seqloader.loader.block_caches`), before its workers start. They read the loader's public settings only
 (:class:`~seqloader.loader.reading.Settings`); the loader passes its parts (reading, epochs and
 progress, workers, stats). :class:`Reopen` is a map-style iterator's one ``reopen`` callable: the
 epoch to read instead of the opened one after a ``set_epoch`` or a recipe change. A stream epoch
