@@ -5,9 +5,9 @@ batches) in one cache per process, shared by that process's threads. How many it
 that an epoch decodes each block once per process depends on things the source cannot see and
 the loader can: the order (a :class:`~seqloader.BlockShuffleSampler` reads ``window`` blocks at a
 time in each of its ``lanes``), where batches run (each worker process has its own cache and
-reads its lane; thread workers share the training process's cache and read every lane) and how
-many readers share a cache (a thread that moves on to its next window while the others read
-theirs needs one window more). :func:`blocks_in_use` is that arithmetic, and
+reads its lane; thread workers share the training process's cache and read every lane) and the
+batch that crosses from one window to the next (it reads both: two windows per lane).
+:func:`blocks_in_use` is that arithmetic, and
 :func:`size_block_caches` hands its answer to each source of the pipeline when an epoch opens,
 before workers start (so worker processes and Ray actors get it with the dataset).
 
@@ -39,11 +39,13 @@ def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_worker
     lanes: every lane at ``num_workers=0`` and under thread workers (one cache for the process);
     under worker processes (or Ray actors) with ``affinity`` (batch ``b`` on worker
     ``b % num_workers``, lane ``b % lanes``), ``lanes / gcd(lanes, num_workers)`` (one when
-    ``lanes == num_workers``), else every lane. When more than one thread reads a cache (thread
-    workers, ``threads_per_worker``), one window more: a thread moves on to its next window while
-    the others finish theirs. So ``window * (lanes_read + extra)``, at most ``num_blocks``
-    (``window=None``, a full shuffle, is one window of every block; ``window=0``, no shuffle,
-    reads one block at a time in each lane).
+    ``lanes == num_workers``), else every lane. A lane needs two windows at once: the batch that
+    crosses from one window to the next reads rows of both (its rows of the old window from all
+    over it), and so does a thread that moves on to the next window while the others read theirs.
+    So ``2 * window * lanes_read``, at most ``num_blocks`` (``window=None``, a full shuffle, is one
+    window of every block; ``window=0``, no shuffle, reads one block at a time in each lane).
+    With one window per lane, the blocks of the crossing batch find no free slot: they are kept
+    outside the reused buffers, and the next window's batches gather block by block.
 
     Args:
         window: the sampler's ``window`` (``None``: a full shuffle).
@@ -58,27 +60,24 @@ def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_worker
         An int ``>= 1``.
 
     Example:
-        >>> blocks_in_use(8, 2, 100, 2, ThreadWorkers())              # one cache, 2 lanes, 2 threads
-        24
+        >>> blocks_in_use(8, 2, 100, 2, ThreadWorkers())              # one cache, 2 lanes
+        32
         >>> blocks_in_use(8, 2, 100, 2, ProcessWorkers())             # a cache per process, its lane
-        8
+        16
         >>> blocks_in_use(8, 2, 100, 2, ProcessWorkers(threads=4))    # its lane, 4 threads
         16
-        >>> blocks_in_use(8, 2, 100, 0, ProcessWorkers()), blocks_in_use(8, 2, 20, 2, ThreadWorkers())
+        >>> blocks_in_use(8, 1, 100, 0, ProcessWorkers()), blocks_in_use(8, 2, 20, 2, ThreadWorkers())
         (16, 20)
         >>> blocks_in_use(None, 1, 100, 0, ProcessWorkers()), blocks_in_use(0, 1, 100, 0, ProcessWorkers())
-        (100, 1)
+        (100, 2)
     """
     w = max(1, num_blocks) if window is None else max(1, window)
     lanes = max(1, lanes)
-    if num_workers == 0:
-        lanes_read, readers = lanes, 1
-    elif isinstance(executor, ThreadWorkers):
-        lanes_read, readers = lanes, num_workers
+    if num_workers == 0 or isinstance(executor, ThreadWorkers):
+        lanes_read = lanes
     else:   # a process (or a Ray actor) per worker, each with its cache
         lanes_read = lanes // math.gcd(lanes, num_workers) if affinity else lanes
-        readers = executor.threads if isinstance(executor, ProcessWorkers) else 1
-    need = w * (lanes_read + (1 if readers > 1 else 0))
+    need = 2 * w * lanes_read
     return max(1, min(need, max(1, num_blocks)))
 
 
@@ -94,7 +93,7 @@ def size_block_caches(dataset: Any, sampler: Any, num_workers: int, executor: An
         >>> src = seqloader.parquet(path, columnar=True)
         >>> sampler = seqloader.BlockShuffleSampler(src, window=2, seed=0, lanes=2, chunk=4)
         >>> size_block_caches(src, sampler, 2, ThreadWorkers()); src.cache_blocks
-        6
+        8
         >>> fixed = seqloader.parquet(path, cache_blocks=3)
         >>> size_block_caches(fixed, sampler, 2, ThreadWorkers()); fixed.cache_blocks   # a cap is kept
         3

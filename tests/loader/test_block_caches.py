@@ -56,11 +56,11 @@ def _with_counters(src):
 
 
 @pytest.mark.parametrize("executor,expected", [
-    ((0, ProcessWorkers()), WINDOW * 1),                 # one lane (lanes = max(1, num_workers))
-    ((2, ThreadWorkers()), WINDOW * 3),                  # one cache, 2 lanes, and a window to move on
-    ((2, ProcessWorkers()), WINDOW),                     # a cache per process, its own lane
-    ((2, ProcessWorkers(threads=2)), WINDOW * 2),        # its lane, and a window to move on
-    ((2, RayWorkers()), WINDOW),                         # an actor is a process
+    ((0, ProcessWorkers()), WINDOW * 2),                 # one lane (lanes = max(1, num_workers)), 2 windows
+    ((2, ThreadWorkers()), WINDOW * 4),                  # one cache, 2 lanes of 2 windows
+    ((2, ProcessWorkers()), WINDOW * 2),                 # a cache per process, its own lane
+    ((2, ProcessWorkers(threads=2)), WINDOW * 2),        # its lane (a thread moving on: the second window)
+    ((2, RayWorkers()), WINDOW * 2),                     # an actor is a process
 ])
 def test_blocks_in_use_per_executor(executor, expected):
     num_workers, options = executor
@@ -70,9 +70,9 @@ def test_blocks_in_use_per_executor(executor, expected):
 
 def test_blocks_in_use_when_lanes_and_workers_differ():
     """A state saved with 4 lanes, read by 2 processes: each reads 2 lanes; by 3: every lane."""
-    assert blocks_in_use(2, 4, 100, 2, ProcessWorkers()) == 4
-    assert blocks_in_use(2, 4, 100, 3, ProcessWorkers()) == 8
-    assert blocks_in_use(2, 2, 100, 2, ProcessWorkers(), affinity=False) == 4    # in_order=False
+    assert blocks_in_use(2, 4, 100, 2, ProcessWorkers()) == 8
+    assert blocks_in_use(2, 4, 100, 3, ProcessWorkers()) == 16
+    assert blocks_in_use(2, 2, 100, 2, ProcessWorkers(), affinity=False) == 8    # in_order=False
     assert blocks_in_use(None, 2, 10, 2, ThreadWorkers()) == 10                  # a full shuffle: all
     assert blocks_in_use(50, 2, 10, 2, ThreadWorkers()) == 10                    # never more than all
 
@@ -93,10 +93,34 @@ def test_the_defaults_decode_each_row_group_once_per_epoch_per_process(folder, n
     if num_workers == 0 or method == "thread":   # the training process's own arena: the whole epoch
         assert src.counters()["blocks_decoded"] == GROUPS
         assert src.counters()["items_read"] == GROUPS * ROWS
-    expected = {(0, 1): 2 * WINDOW,                           # one process reads both lanes
-                (2, 1): 3 * WINDOW if method == "thread" else WINDOW,   # threads: one cache, both lanes
-                (2, 2): 2 * WINDOW}[num_workers, threads]       # its lane, and a window to move on
+    expected = {(0, 1): GROUPS,                               # one process reads both lanes (4 windows: all)
+                (2, 1): GROUPS if method == "thread" else 2 * WINDOW,   # threads: one cache, both lanes
+                (2, 2): 2 * WINDOW}[num_workers, threads]       # its lane, two windows
     assert src.cache_blocks == expected == blocks_in_use(WINDOW, LANES, GROUPS, num_workers, loader.executor)
+
+
+def test_the_batch_that_crosses_windows_finds_slots(folder, monkeypatch):
+    """With the loader's size, every row group decoded goes into the reused buffers: the batch that
+    reads the end of one window and the start of the next finds a slot for each of its groups (with
+    one window, the next window's groups would be kept outside them and gathered group by group)."""
+    from seqloader.sources._slots import Slots
+
+    stored: list = []
+    store = Slots.store
+
+    def recording(self, cols, slot, *args, **kw):
+        stored.append(slot)
+        return store(self, cols, slot, *args, **kw)
+
+    monkeypatch.setattr(Slots, "store", recording)
+    src = seqloader.parquet(folder, columnar=True)
+    sampler = seqloader.BlockShuffleSampler(src, window=WINDOW, seed=3, lanes=1)
+    got = list(seqloader.DataLoader(src, batch_size=BATCH + 1, sampler=sampler, num_workers=0, seed=0,
+                                    collate_fn=default_convert))
+    assert src.cache_blocks == 2 * WINDOW < GROUPS
+    assert len(stored) == GROUPS and None not in stored
+    rows = np.concatenate([b["label"].numpy() for b in got])
+    assert sorted(rows.tolist()) == list(range(GROUPS * ROWS))
 
 
 def test_a_second_epoch_decodes_each_row_group_once_more(folder):
@@ -189,7 +213,7 @@ def test_two_loaders_over_one_source_read_it_at_once(folder):
                              collate_fn=default_convert))
     threads = iter(_loader(src, 2, "thread", 1, collate_fn=default_convert))
     first = next(threads)
-    assert src.cache_blocks == 3 * WINDOW
+    assert src.cache_blocks == 4 * WINDOW
     more = seqloader.DataLoader(src, batch_size=BATCH, num_workers=2, worker_method="thread", seed=0,
                                 sampler=seqloader.BlockShuffleSampler(src, window=2 * GROUPS, seed=3, lanes=LANES),
                                 collate_fn=default_convert)
