@@ -70,6 +70,12 @@ class TableSource(Source[Any]):
     _slot_buffers = True
 
     _schema_names: list[str]  # the columns read, set by the subclass once the files' schemas are known
+
+    @property
+    def draws_globals(self) -> bool:
+        """Whether reading may draw from the global RNGs: only through a ``transform`` or a remote
+        file system's client (``seqloader.loader.global_draws``: otherwise the loader skips seeding them)."""
+        return self._transform is not None or bool(self._files.remote)
     _where: list[tuple[int, int]]  # per block: (file, block of that file)
 
     def _init_output(self, columns: Sequence[str] | None, transform: Callable[..., Any] | None, columnar: bool,
