@@ -15,9 +15,12 @@ processes together: the machine's load disturbs it less than the wall clock; *co
   ``DataLoader`` over a map-style row index (the ratio base, 2 workers, the same sampler),
   seqloader's ``parquet(columnar=True)`` (a batch is a dict holding a ``(64, 512)`` tensor) on 0
   workers, 2 processes, 2 threads and 2 processes x 2 threads, and an SPDL pipeline over the row
-  groups (one process, 2 threads). *bytes decoded / dataset*: Arrow bytes of the row groups
-  decoded in all processes, over the dataset's. A last row measures the Python a columnar batch
-  costs beyond its gather, in one thread, and the loader's own work per batch.
+  groups (one process, 2 threads). The timed epochs use ``collate_fn=default_convert`` (the docs'
+  collate: no user code, so the loader skips seeding the global RNGs per batch). *bytes decoded /
+  dataset*: Arrow bytes of the row groups decoded in all processes, over the dataset's, counted in
+  one more epoch per executor, untimed, whose collate returns each process's counter. A last row
+  measures the Python a columnar batch costs beyond its gather, in one thread, and the loader's
+  own work per batch.
 * ``threads_tar``: tar shards of 160x160 JPEGs decoded with PIL, batch 64, 2 workers, a block
   shuffle (``window=2``): ``tar_shards`` and a hand-written offset index (``os.pread``) through
   ``seqloader.DataLoader`` on threads and on processes, torch's ``DataLoader`` over the offset
@@ -178,18 +181,26 @@ def threads_parquet(opts: Options) -> list[Row]:
         def seq(label: str, num_workers: int, method: str, threads: int) -> float:
             src = seqloader.parquet(folder, columnar=True)        # the defaults: the loader sizes the cache
             sampler = seqloader.BlockShuffleSampler(src, seed=0)
+            t0 = time.perf_counter()
+            for _ in _loader(src, sampler, num_workers, method, threads, collate_fn=default_convert):
+                pass
+            dt = time.perf_counter() - t0
+            caches[label] = src.cache_blocks
+            return dt
+
+        def count_decoded(label: str, num_workers: int, method: str, threads: int) -> None:
+            """Bytes decoded in an epoch like ``seq``'s, untimed: a collate of its own (user code,
+            which keeps the per-batch seeding) returns each process's counter with the batch."""
+            src = seqloader.parquet(folder, columnar=True)
             seen: dict[int, int] = {}
 
             def collate(batch: dict) -> tuple:   # (the batch, and its process's decoded bytes so far)
                 return default_convert(batch), os.getpid(), src.counters()["bytes_decoded"]
 
-            t0 = time.perf_counter()
-            for _, pid, nbytes in _loader(src, sampler, num_workers, method, threads, collate_fn=collate):
+            for _, pid, nbytes in _loader(src, seqloader.BlockShuffleSampler(src, seed=0), num_workers, method,
+                                          threads, collate_fn=collate):
                 seen[pid] = max(seen.get(pid, 0), nbytes)
-            dt = time.perf_counter() - t0
             decoded[label] = sum(seen.values()) / total
-            caches[label] = src.cache_blocks
-            return dt
 
         def torch_epoch() -> float:
             ds = RowIndex(paths, cache_blocks=window)
@@ -208,6 +219,8 @@ def threads_parquet(opts: Options) -> list[Row]:
             runs["spdl"] = lambda: _spdl(where, order)
         cpu: dict[str, float] = {}
         best = best_of(opts.repeat, with_cpu(runs, cpu))
+        for label, w, method, threads in EXECUTORS:
+            count_decoded(label, w, method, threads)
         python, gather, loader_work = _python_per_batch(folder, n)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
