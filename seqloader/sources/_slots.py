@@ -117,10 +117,11 @@ class Slots:
         if len(keys) == 1:
             return {name: self._take(col, rows) for name, col in decoded[keys[0]].cols.items()}
         parts = [decoded[b] for b in keys]
+        slotted = parts[0].slotted.intersection(*[p.slotted for p in parts])   # (one C call for the batch)
         index: Optional[np.ndarray] = None
         out = {}
         for name in names:
-            if self._base is not None and all(name in p.slotted for p in parts):
+            if self._base is not None and name in slotted:
                 if index is None:
                     index = self._base[blocks] + rows
                 out[name] = self._take(self._buffers[name], index)
