@@ -39,11 +39,16 @@ def _globals() -> tuple:
 
 
 
-def test_what_declares_no_draws(folder):
+def test_what_declares_no_draws(folder, tmp_path):
     cols = seqloader.parquet(folder, columnar=True)
     rows = seqloader.parquet(folder)
     assert declares_no_draws(cols) and declares_no_draws(rows)
     assert not declares_no_draws(seqloader.parquet(folder, transform=dict))   # a transform: user code
+    path = str(tmp_path / "a.arrow")
+    with pa.ipc.new_file(path, pa.schema([("x", pa.int64())])) as writer:
+        writer.write_table(pa.table({"x": [1, 2, 3]}))
+    assert declares_no_draws(seqloader.arrow_ipc(path, columnar=True))
+    assert not declares_no_draws(seqloader.arrow_ipc(path, transform=dict))
     assert not declares_no_draws(list(range(3))) and not declares_no_draws(cols[2:])   # an op over it
 
     class Mine(type(cols)):   # a user's subclass may override __getitems__
