@@ -6,7 +6,7 @@ that an epoch decodes each block once per process depends on things the source c
 the loader can: the order (a :class:`~seqloader.BlockShuffleSampler` reads ``window`` blocks at a
 time in each of its ``lanes``), where batches run (each worker process has its own cache and
 reads its lane; thread workers share the training process's cache and read every lane) and the
-batch that crosses from one window to the next (it reads both: two windows per lane).
+batch that crosses from one window of a lane to the next (it reads both: one window more).
 :func:`blocks_in_use` is that arithmetic, and
 :func:`size_block_caches` hands its answer to each source of the pipeline when an epoch opens,
 before workers start (so worker processes and Ray actors get it with the dataset).
@@ -39,12 +39,12 @@ def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_worker
     lanes: every lane at ``num_workers=0`` and under thread workers (one cache for the process);
     under worker processes (or Ray actors) with ``affinity`` (batch ``b`` on worker
     ``b % num_workers``, lane ``b % lanes``), ``lanes / gcd(lanes, num_workers)`` (one when
-    ``lanes == num_workers``), else every lane. A lane needs two windows at once: the batch that
-    crosses from one window to the next reads rows of both (its rows of the old window from all
-    over it), and so does a thread that moves on to the next window while the others read theirs.
-    So ``2 * window * lanes_read``, at most ``num_blocks`` (``window=None``, a full shuffle, is one
-    window of every block; ``window=0``, no shuffle, reads one block at a time in each lane).
-    With one window per lane, the blocks of the crossing batch find no free slot: they are kept
+    ``lanes == num_workers``), else every lane. One window more: the batch that crosses from one
+    window of a lane to the next reads rows of both (its rows of the old window from all over
+    it), and so does a thread that moves on to the next window while the others finish theirs.
+    So ``window * (lanes_read + 1)``, at most ``num_blocks`` (``window=None``, a full shuffle, is
+    one window of every block; ``window=0``, no shuffle, reads one block at a time in each lane).
+    Without the extra window, the blocks of the crossing batch find no free slot: they are kept
     outside the reused buffers, and the next window's batches gather block by block.
 
     Args:
@@ -61,7 +61,7 @@ def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_worker
 
     Example:
         >>> blocks_in_use(8, 2, 100, 2, ThreadWorkers())              # one cache, 2 lanes
-        32
+        24
         >>> blocks_in_use(8, 2, 100, 2, ProcessWorkers())             # a cache per process, its lane
         16
         >>> blocks_in_use(8, 2, 100, 2, ProcessWorkers(threads=4))    # its lane, 4 threads
@@ -77,7 +77,7 @@ def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_worker
         lanes_read = lanes
     else:   # a process (or a Ray actor) per worker, each with its cache
         lanes_read = lanes // math.gcd(lanes, num_workers) if affinity else lanes
-    need = 2 * w * lanes_read
+    need = w * (lanes_read + 1)
     return max(1, min(need, max(1, num_blocks)))
 
 
@@ -93,7 +93,7 @@ def size_block_caches(dataset: Any, sampler: Any, num_workers: int, executor: An
         >>> src = seqloader.parquet(path, columnar=True)
         >>> sampler = seqloader.BlockShuffleSampler(src, window=2, seed=0, lanes=2, chunk=4)
         >>> size_block_caches(src, sampler, 2, ThreadWorkers()); src.cache_blocks
-        8
+        6
         >>> fixed = seqloader.parquet(path, cache_blocks=3)
         >>> size_block_caches(fixed, sampler, 2, ThreadWorkers()); fixed.cache_blocks   # a cap is kept
         3

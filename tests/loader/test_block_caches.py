@@ -56,10 +56,10 @@ def _with_counters(src):
 
 
 @pytest.mark.parametrize("executor,expected", [
-    ((0, ProcessWorkers()), WINDOW * 2),                 # one lane (lanes = max(1, num_workers)), 2 windows
-    ((2, ThreadWorkers()), WINDOW * 4),                  # one cache, 2 lanes of 2 windows
-    ((2, ProcessWorkers()), WINDOW * 2),                 # a cache per process, its own lane
-    ((2, ProcessWorkers(threads=2)), WINDOW * 2),        # its lane (a thread moving on: the second window)
+    ((0, ProcessWorkers()), WINDOW * 2),                 # one lane (lanes = max(1, num_workers)), and the next window
+    ((2, ThreadWorkers()), WINDOW * 3),                  # one cache, 2 lanes, and a lane's next window
+    ((2, ProcessWorkers()), WINDOW * 2),                 # a cache per process, its own lane, and its next window
+    ((2, ProcessWorkers(threads=2)), WINDOW * 2),        # (a thread moving on: the same next window)
     ((2, RayWorkers()), WINDOW * 2),                     # an actor is a process
 ])
 def test_blocks_in_use_per_executor(executor, expected):
@@ -70,9 +70,9 @@ def test_blocks_in_use_per_executor(executor, expected):
 
 def test_blocks_in_use_when_lanes_and_workers_differ():
     """A state saved with 4 lanes, read by 2 processes: each reads 2 lanes; by 3: every lane."""
-    assert blocks_in_use(2, 4, 100, 2, ProcessWorkers()) == 8
-    assert blocks_in_use(2, 4, 100, 3, ProcessWorkers()) == 16
-    assert blocks_in_use(2, 2, 100, 2, ProcessWorkers(), affinity=False) == 8    # in_order=False
+    assert blocks_in_use(2, 4, 100, 2, ProcessWorkers()) == 6
+    assert blocks_in_use(2, 4, 100, 3, ProcessWorkers()) == 10
+    assert blocks_in_use(2, 2, 100, 2, ProcessWorkers(), affinity=False) == 6    # in_order=False
     assert blocks_in_use(None, 2, 10, 2, ThreadWorkers()) == 10                  # a full shuffle: all
     assert blocks_in_use(50, 2, 10, 2, ThreadWorkers()) == 10                    # never more than all
 
@@ -93,9 +93,9 @@ def test_the_defaults_decode_each_row_group_once_per_epoch_per_process(folder, n
     if num_workers == 0 or method == "thread":   # the training process's own arena: the whole epoch
         assert src.counters()["blocks_decoded"] == GROUPS
         assert src.counters()["items_read"] == GROUPS * ROWS
-    expected = {(0, 1): GROUPS,                               # one process reads both lanes (4 windows: all)
-                (2, 1): GROUPS if method == "thread" else 2 * WINDOW,   # threads: one cache, both lanes
-                (2, 2): 2 * WINDOW}[num_workers, threads]       # its lane, two windows
+    expected = {(0, 1): 3 * WINDOW,                           # one process reads both lanes, and a next window
+                (2, 1): 3 * WINDOW if method == "thread" else 2 * WINDOW,   # threads: one cache, both lanes
+                (2, 2): 2 * WINDOW}[num_workers, threads]       # its lane, and its next window
     assert src.cache_blocks == expected == blocks_in_use(WINDOW, LANES, GROUPS, num_workers, loader.executor)
 
 
@@ -213,7 +213,7 @@ def test_two_loaders_over_one_source_read_it_at_once(folder):
                              collate_fn=default_convert))
     threads = iter(_loader(src, 2, "thread", 1, collate_fn=default_convert))
     first = next(threads)
-    assert src.cache_blocks == 4 * WINDOW
+    assert src.cache_blocks == 3 * WINDOW
     more = seqloader.DataLoader(src, batch_size=BATCH, num_workers=2, worker_method="thread", seed=0,
                                 sampler=seqloader.BlockShuffleSampler(src, window=2 * GROUPS, seed=3, lanes=LANES),
                                 collate_fn=default_convert)
