@@ -8,13 +8,19 @@ baselines of issue 28, interleaved (``best_of``) so that the machine's load hits
 processes together: the machine's load disturbs it less than the wall clock; *cores busy*
 (``threads_tiny``) is that CPU time over the epoch's seconds.
 
-* ``threads_parquet``: 20 Parquet files of one row group, 512 int32 tokens a row (``list<int32>``),
-  batch 64, a block shuffle (``window=4``). A one-process pyarrow scan (``iter_batches(64)`` to
-  tensors, file order), torch's ``DataLoader`` over a map-style row index (the ratio base, 2
-  workers, the same sampler), seqloader's ``parquet(columnar=True)`` (a batch is a dict holding a
-  ``(64, 512)`` tensor) on 0 workers, 2 processes, 2 threads and 2 processes x 2 threads, and an
-  SPDL pipeline over the row groups (one process, 2 threads). *bytes decoded / dataset*: Arrow
-  bytes of the row groups decoded in all processes, over the dataset's.
+* ``threads_parquet``: 20 Parquet files of 5 row groups (100 in all), 512 int32 tokens a row
+  (``list<int32>``), batch 64, a block shuffle (``BlockShuffleSampler(src)``: ``window=8``), as the
+  docs build it: ``parquet(columnar=True)`` with its default ``cache_blocks`` (sized by the
+  loader). A one-process pyarrow scan (``iter_batches(64)`` to tensors, file order), torch's
+  ``DataLoader`` over a map-style row index (the ratio base, 2 workers, the same sampler),
+  seqloader's ``parquet(columnar=True)`` (a batch is a dict holding a ``(64, 512)`` tensor) on 0
+  workers, 2 processes, 2 threads and 2 processes x 2 threads, and an SPDL pipeline over the row
+  groups (one process, 2 threads). The timed epochs use ``collate_fn=default_convert`` (the docs'
+  collate: no user code, so the loader skips seeding the global RNGs per batch). *bytes decoded /
+  dataset*: Arrow bytes of the row groups decoded in all processes, over the dataset's, counted in
+  one more epoch per executor, untimed, whose collate returns each process's counter. A last row
+  measures the Python a columnar batch costs beyond its gather, in one thread, and the loader's
+  own work per batch.
 * ``threads_tar``: tar shards of 160x160 JPEGs, batch 64, 2 workers, a block shuffle
   (``window=2``), decoded by ``seqloader.ImageDecoder("auto")`` (simplejpeg, which releases the
   GIL, when installed): ``tar_shards`` and a hand-written offset index (``os.pread``) through
@@ -53,8 +59,8 @@ from torch.utils.data import DataLoader, default_convert
 
 import seqloader
 from benchmarks.common import IntDataset, Options, Row, best_of
-from benchmarks.threads_data import (DecodeSample, PathLabels, PssSampler, PythonItems, RowIndex, TarIndex,
-                                     cache_blocks, decode_jpeg, read_tokens, with_cpu, write_jpeg_shards, write_token_files)
+from benchmarks.threads_data import (DecodeSample, PathLabels, PssSampler, PythonItems, RowIndex, TarIndex, decode_jpeg,
+                                     read_tokens, with_cpu, write_jpeg_shards, write_token_files)
 
 __all__ = ["THREADS_WORKLOADS", "threads_latency", "threads_memory", "threads_parquet", "threads_tar",
            "threads_tiny"]
@@ -95,15 +101,15 @@ def _scan(paths: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def _spdl(paths: list[str], order: list[int]) -> float:
+def _spdl(groups: list[tuple[str, int]], order: list[int]) -> float:
     from spdl.pipeline import PipelineBuilder
 
     def split(rows: np.ndarray) -> list[torch.Tensor]:
         return [torch.from_numpy(rows[i:i + BATCH].copy()) for i in range(0, len(rows), BATCH)]
 
     t0 = time.perf_counter()
-    pipeline = (PipelineBuilder().add_source([paths[k] for k in order])
-                .pipe(lambda path: read_tokens(path, 0), concurrency=2).pipe(split).disaggregate()
+    pipeline = (PipelineBuilder().add_source([groups[k] for k in order])
+                .pipe(lambda group: read_tokens(*group), concurrency=2).pipe(split).disaggregate()
                 .add_sink(8).build(num_threads=2))
     with pipeline.auto_stop():
         for _ in pipeline:
@@ -111,34 +117,94 @@ def _spdl(paths: list[str], order: list[int]) -> float:
     return time.perf_counter() - t0
 
 
+def _python_per_batch(folder: str, n: int) -> tuple[float, float, float]:
+    """Microseconds per batch, in one thread, all row groups decoded: ``__getitems__`` of a
+    columnar source beyond its gather (the ``numpy.take`` of the same rows into a reused array),
+    the gather itself, and the loader's own work per batch at ``num_workers=0`` (its epoch over
+    the decoded source, less the ``__getitems__`` and ``default_convert`` of its batches)."""
+    src = seqloader.parquet(folder, columnar=True)
+    src.size_cache(len(src.blocks()))   # (every row group kept: what is timed is the Python, not the decode)
+    sampler = seqloader.BlockShuffleSampler(src, seed=0, lanes=1, chunk=BATCH)
+    order = np.fromiter(iter(sampler), dtype=np.int64, count=n)
+    batches = [order[i:i + BATCH].tolist() for i in range(0, n - BATCH + 1, BATCH)]
+    for b in batches:
+        src.__getitems__(b)
+    slots = src._slots.get()   # (the benchmark looks inside: the same buffers and positions)
+    blocks_rows = [src._index.locate(b) for b in batches]
+    buf = slots._buffers["tokens"]
+    index = [slots._base[blocks] + rows for blocks, rows in blocks_rows]
+    out = np.empty((BATCH, buf.shape[1]), buf.dtype)
+
+    def best(f: Callable[[], None]) -> float:
+        return min(_seconds(f) for _ in range(5)) / len(batches) * 1e6
+
+    def getitems() -> None:
+        for b in batches:
+            default_convert(src.__getitems__(b))
+
+    def takes() -> None:
+        for i in index:
+            np.take(buf, i, axis=0, out=out, mode="clip")
+
+    def after_first() -> float:   # (the epoch's set-up, fingerprints included, is not per batch)
+        it = iter(seqloader.DataLoader(src, batch_size=BATCH, sampler=sampler, num_workers=0, seed=0,
+                                       collate_fn=default_convert))
+        next(it)
+        t0 = time.perf_counter()
+        for _ in it:
+            pass
+        return (time.perf_counter() - t0) / (len(batches) - 1) * 1e6
+
+    source, take = best(getitems), best(takes)
+    loader = min(after_first() for _ in range(5))
+    return source - take, take, loader - source
+
+
+def _seconds(f: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
 def threads_parquet(opts: Options) -> list[Row]:
-    """A block-shuffled Parquet epoch of token rows on every executor, against pyarrow, torch and SPDL."""
-    files, rows, tokens, window = (20, 128, 512, 4) if opts.quick else (20, 4096, 512, 4)
+    """A block-shuffled Parquet epoch of token rows on every executor, against pyarrow, torch and SPDL,
+    as the docs build it: ``parquet(columnar=True)`` and ``BlockShuffleSampler(src)``, their defaults."""
+    files, rows, groups, tokens = (20, 128, 2, 512) if opts.quick else (20, 4100, 5, 512)
+    window = 8   # BlockShuffleSampler's default (the torch baseline's sampler and LRU take it by hand)
     tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
     decoded: dict[str, float] = {}
+    caches: dict[str, int] = {}
     try:
         folder = os.path.join(tmp, "tokens")
-        write_token_files(folder, files, rows, tokens)
+        write_token_files(folder, files, rows, tokens, groups)
         paths = sorted(os.path.join(folder, f) for f in os.listdir(folder))
         probe = seqloader.parquet(folder)
-        total = sum(probe._read_blocks([b])[0].nbytes for b in range(len(paths)))  # what the counters count
+        total = sum(probe._read_blocks([b])[0].nbytes for b in range(len(probe.blocks())))  # what the counters count
         n = files * rows
 
         def seq(label: str, num_workers: int, method: str, threads: int) -> float:
-            cache = cache_blocks(window, num_workers, method, threads)
-            src = seqloader.parquet(folder, columnar=True, cache_blocks=cache)
-            sampler = seqloader.BlockShuffleSampler(src, window=window, seed=0)
+            src = seqloader.parquet(folder, columnar=True)        # the defaults: the loader sizes the cache
+            sampler = seqloader.BlockShuffleSampler(src, seed=0)
+            t0 = time.perf_counter()
+            for _ in _loader(src, sampler, num_workers, method, threads, collate_fn=default_convert):
+                pass
+            dt = time.perf_counter() - t0
+            caches[label] = src.cache_blocks
+            return dt
+
+        def count_decoded(label: str, num_workers: int, method: str, threads: int) -> None:
+            """Bytes decoded in an epoch like ``seq``'s, untimed: a collate of its own (user code,
+            which keeps the per-batch seeding) returns each process's counter with the batch."""
+            src = seqloader.parquet(folder, columnar=True)
             seen: dict[int, int] = {}
 
             def collate(batch: dict) -> tuple:   # (the batch, and its process's decoded bytes so far)
                 return default_convert(batch), os.getpid(), src.counters()["bytes_decoded"]
 
-            t0 = time.perf_counter()
-            for _, pid, nbytes in _loader(src, sampler, num_workers, method, threads, collate_fn=collate):
+            for _, pid, nbytes in _loader(src, seqloader.BlockShuffleSampler(src, seed=0), num_workers, method,
+                                          threads, collate_fn=collate):
                 seen[pid] = max(seen.get(pid, 0), nbytes)
-            dt = time.perf_counter() - t0
             decoded[label] = sum(seen.values()) / total
-            return dt
 
         def torch_epoch() -> float:
             ds = RowIndex(paths, cache_blocks=window)
@@ -148,24 +214,31 @@ def threads_parquet(opts: Options) -> list[Row]:
                 pass
             return time.perf_counter() - t0
 
-        order = np.random.default_rng(0).permutation(files).tolist()
+        where = [(p, g) for p in paths for g in range(groups)]
+        order = np.random.default_rng(0).permutation(len(where)).tolist()
         runs: dict[str, Callable[[], float]] = {"scan": lambda: _scan(paths), "torch": torch_epoch}
         for label, w, method, threads in EXECUTORS:
             runs[label] = lambda label=label, w=w, method=method, threads=threads: seq(label, w, method, threads)
         if importlib.util.find_spec("spdl") is not None:   # (the bench extra; a smoke test goes without)
-            runs["spdl"] = lambda: _spdl(paths, order)
+            runs["spdl"] = lambda: _spdl(where, order)
         cpu: dict[str, float] = {}
         best = best_of(opts.repeat, with_cpu(runs, cpu))
+        for label, w, method, threads in EXECUTORS:
+            count_decoded(label, w, method, threads)
+        python, gather, loader_work = _python_per_batch(folder, n)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     mb = total / 1e6
-    size = f"{files} files x {rows:,} rows x {tokens} int32 tokens, {mb:.0f} MB decoded, batch {BATCH}"
+    size = (f"{files} files x {rows:,} rows ({files * groups} row groups) x {tokens} int32 tokens, {mb:.0f} MB "
+            f"decoded, batch {BATCH}")
     scan, base = best["scan"], best["torch"]
+    spdl = best.get("spdl")
 
     def row(label: str, key: str, workers: int, notes: str) -> Row:
         t = best[key]
+        vs_spdl = f"{spdl / t:.2f}x SPDL; " if spdl and key != "spdl" else ""
         return Row("threads_parquet", label, workers, n / t, "rows/s", mb / t, ratio=base / t,
-                   notes=f"{scan / t:.2f}x the pyarrow scan ({cpu[key]:.2f} CPU-s); {notes}")
+                   notes=f"{scan / t:.2f}x the pyarrow scan ({cpu[key]:.2f} CPU-s); {vs_spdl}{notes}")
 
     out = [Row("threads_parquet", "pyarrow scan: iter_batches(64) -> tensors", 0, n / scan, "rows/s", mb / scan,
                ratio=base / scan, notes=f"{size}; one process, file order: the 'x the pyarrow scan' base "
@@ -174,11 +247,15 @@ def threads_parquet(opts: Options) -> list[Row]:
                notes=f"the ratio base ({cpu['torch']:.2f} CPU-s); BlockShuffleSampler(window={window}, lanes=2), an "
                      f"LRU of {window} row groups per worker, a row per __getitem__")]
     for label, w, method, threads in EXECUTORS:
-        cache = cache_blocks(window, w, method, threads)
-        out.append(row(label, label, w, f"bytes decoded / dataset {decoded[label]:.2f}; cache_blocks={cache}"))
-    if "spdl" in best:
+        out.append(row(label, label, w, f"bytes decoded / dataset {decoded[label]:.2f}; the defaults "
+                                        f"(cache_blocks sized by the loader: {caches[label]})"))
+    if spdl:
         out.append(row("SPDL pipeline over the row groups, 2 threads", "spdl", 2,
                        "one process; row groups in a shuffled order, rows in file order"))
+    out.append(Row("threads_parquet", "seqloader columnar batch: Python per batch beyond the gather", 0, python,
+                   "us", notes=f"one thread, row groups decoded: __getitems__ + default_convert less the gather "
+                               f"(one numpy.take into a reused array: {gather:.1f} us); the loader's own work per "
+                               f"batch at num_workers=0: {loader_work:.1f} us more"))
     return out
 
 

@@ -18,16 +18,16 @@ from typing import Callable
 import numpy as np
 import torch
 
-__all__ = ["DecodeSample", "PathLabels", "PssSampler", "PythonItems", "RowIndex", "TarIndex", "cache_blocks", "decode_jpeg",
+__all__ = ["DecodeSample", "PathLabels", "PssSampler", "PythonItems", "RowIndex", "TarIndex", "decode_jpeg",
            "pss_of_tree", "read_tokens", "with_cpu", "write_jpeg_shards", "write_token_files"]
 
 
 # --------------------------------------------------------------------------- Parquet tokens
 
 
-def write_token_files(folder: str, files: int, rows: int, tokens: int) -> None:
-    """``files`` Parquet files of one row group of ``rows`` rows each: a ``list<int32>`` column
-    ``tokens`` of ``tokens`` random ids (vocabulary 50,000) per row."""
+def write_token_files(folder: str, files: int, rows: int, tokens: int, groups: int = 1) -> None:
+    """``files`` Parquet files of ``rows`` rows each in ``groups`` row groups: a ``list<int32>``
+    column ``tokens`` of ``tokens`` random ids (vocabulary 50,000) per row."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -37,7 +37,7 @@ def write_token_files(folder: str, files: int, rows: int, tokens: int) -> None:
     for f in range(files):
         values = pa.array(rng.integers(0, 50_000, rows * tokens, dtype=np.int32))
         table = pa.table({"tokens": pa.ListArray.from_arrays(offsets, values)})
-        pq.write_table(table, os.path.join(folder, f"part-{f:05d}.parquet"), row_group_size=rows)
+        pq.write_table(table, os.path.join(folder, f"part-{f:05d}.parquet"), row_group_size=-(-rows // groups))
 
 
 def read_tokens(path: str, group: int) -> np.ndarray:
@@ -89,16 +89,6 @@ class RowIndex(torch.utils.data.Dataset):
         b = int(np.searchsorted(self.ends, i, side="right"))
         start = int(self.ends[b - 1]) if b else 0
         return torch.from_numpy(self._block(b)[i - start].copy())
-
-
-def cache_blocks(window: int, num_workers: int, method: str, threads: int) -> int:
-    """The arena a block shuffle of ``window`` needs per process (see ``seqloader/sources/_table.py``):
-    a window for a worker process; two for a process whose threads read its lane
-    (``threads_per_worker``), whose batches straddle the change of window; and one per thread
-    worker plus one, for the thread that moves on to its next window while the others read theirs."""
-    if method == "thread" and num_workers:
-        return window * (num_workers + 1)
-    return window * (2 if threads > 1 else 1)
 
 
 # --------------------------------------------------------------------------- tar shards of JPEGs

@@ -155,10 +155,14 @@ def test_the_threads_workloads_report_every_executor_against_its_baselines():
                                         "torch DataLoader over a map-style row index", "seqloader, 0 workers",
                                         "seqloader, processes", "seqloader, threads",
                                         "seqloader, 2 processes x 2 threads"] + (
-        ["SPDL pipeline over the row groups, 2 threads"] if importlib.util.find_spec("spdl") else [])
+        ["SPDL pipeline over the row groups, 2 threads"] if importlib.util.find_spec("spdl") else []) + [
+        "seqloader columnar batch: Python per batch beyond the gather"]
+    python = rows.pop()
+    assert python.unit == "us" and "the gather" in python.notes
     assert all(r.value > 0 and r.unit == "rows/s" for r in rows)
-    assert all("x the pyarrow scan" in r.notes for r in rows[2:])
+    assert all("x the pyarrow scan" in r.notes and "CPU-s" in r.notes for r in rows[2:])
     assert all("bytes decoded / dataset 1.00" in r.notes for r in rows[2:6])  # the quick files: seams on block ends
+    assert all("sized by the loader" in r.notes for r in rows[2:6])   # the docs' defaults, no cache_blocks
     rows = _quick_rows("threads_tar")
     assert [r.loader.split(",")[0] for r in rows][:2] == ["seqloader.tar_shards"] * 2
     assert all(r.value > 0 and r.unit == "samples/s" for r in rows) and "the offset index" in rows[0].notes

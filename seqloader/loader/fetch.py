@@ -3,7 +3,8 @@
 ``EpochBatches[b]`` is batch ``b`` of an epoch plan (``seqloader.orders.plans``). It is a pure
 function of ``(dataset, plan, seed, epoch, b)``: right before the dataset is read, ``random``,
 ``numpy.random`` and torch's generator are seeded from ``(seed, epoch, key)`` where ``key`` is the
-global position of the batch's first sample. Whichever process computes it (the main process
+global position of the batch's first sample (skipped where seqloader's own code alone computes
+the batch and draws nothing: :mod:`seqloader.loader.global_draws`). Whichever process computes it (the main process
 at ``num_workers=0``, any worker otherwise) and whether the run was resumed or not, the batch is
 the same. Fetching follows torch's ``_MapDatasetFetcher`` (:func:`~seqloader.loader.torch_compat.fetch`): ``dataset.__getitems__(indices)``
 when the dataset has it, else ``[dataset[i] for i in indices]``, then ``collate_fn``; with
@@ -32,6 +33,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from seqloader.errors import add_note, note_stage
+from seqloader.loader.global_draws import batch_draws_globals
 from seqloader.loader.seeding import DERIVATION, seed_globals, watch_globals
 from seqloader.loader.torch_compat import (collate_in_plain_memory, collate_into_slot, fetcher, has_arrays,
                                            is_default_collate)
@@ -157,6 +159,9 @@ class EpochBatches(LazySequence):
         self._derivation = derivation
         self._auto_collation = not getattr(plan, "single", False)
         self._fetch: Optional[Callable[[Any], Any]] = None   # torch's fetcher of the dataset, made once per process
+        #: a batch may draw from the global RNGs: seed them (and keep the caller's) per batch
+        #: (:mod:`seqloader.loader.global_draws`)
+        self.draws_globals = batch_draws_globals(dataset, collate_fn)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_fetch": None}   # (made again where it is unpickled)
@@ -175,7 +180,8 @@ class EpochBatches(LazySequence):
 
     def _batch(self, b: int, in_slot: bool) -> Any:
         key, indices = self._plan.batch(b)
-        seed_globals(self._seed, self._epoch, key, self._derivation)
+        if self.draws_globals:
+            seed_globals(self._seed, self._epoch, key, self._derivation)
         watched = watch_globals(self._epoch)  # a thread worker: does it draw from the shared globals?
         times = stage_times.current() if stage_times.ACTIVE is not None else None
         data: Any = None

@@ -198,14 +198,16 @@ class LoaderIterator:
         opened = self._opened
         low = opened.watermark.low
         if opened.source is opened.seq:  # this process: the caller's global RNG states are kept
-            snapshot = Snapshot()
+            # (unless the batch draws nothing from them: seqloader.loader.global_draws)
+            snapshot = Snapshot() if getattr(opened.seq, "draws_globals", True) else None
             try:
                 out = self._stats.compute(opened.seq, low) if self._stats.profile else opened.seq[low]
             except Exception:
                 self._consumed(low)
                 raise
             finally:
-                snapshot.restore()
+                if snapshot is not None:
+                    snapshot.restore()
             self._consumed(low)
             return low, out
         try:

@@ -5,7 +5,8 @@
 recipe's batches, or an ``IterableDataset``'s streams), read from this process or from the
 workers (started here: like torch, a failing ``worker_init_fn`` raises at ``iter()``), with the
 items already yielded out of order (``ahead``) skipped, and :func:`new_iterator` is ``iter(loader)``
-around them. They read the loader's public settings only
+around them. A map-style epoch first sizes its sources' caches of decoded blocks
+(:mod:`seqloader.loader.block_caches`), before its workers start. They read the loader's public settings only
 (:class:`~seqloader.loader.reading.Settings`); the loader passes its parts (reading, epochs and
 progress, workers, stats). :class:`Reopen` is a map-style iterator's one ``reopen`` callable: the
 epoch to read instead of the opened one after a ``set_epoch`` or a recipe change. A stream epoch
@@ -19,6 +20,7 @@ import functools
 import logging
 from typing import Any, Callable, Optional
 
+from seqloader.loader.block_caches import size_block_caches
 from seqloader.loader.epoch import MapIterator
 from seqloader.loader.iterable import IterableIterator
 from seqloader.loader.iterator import Opened, read_window
@@ -91,6 +93,8 @@ def open_map_epoch(loader: Settings, reading: Reading, progress: Progress, worke
     of starting workers)."""
     reading.control.resolve(reading.recipe(loader))
     seq, skip = epoch_batches(reading.recipe(loader), progress)
+    if reuse is None:   # (before workers start: processes and actors get the sizes with the dataset)
+        size_block_caches(loader.dataset, reading.seekable, loader.num_workers, loader.executor, loader.in_order)
     return _opened(loader, progress, workers, stats, seq, skip, 0, streams=False, reuse=reuse)
 
 

@@ -42,6 +42,7 @@ class Settings(Protocol):
     dataset: Any
     num_workers: int
     worker_method: Any  # a str, or a RayWorkers
+    executor: Any  # its options object (seqloader.prefetcher.options)
     threads_per_worker: int
     in_order: bool
     batch_size: Optional[int]

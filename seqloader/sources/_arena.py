@@ -30,7 +30,9 @@ same lock.
 
 **Too small an arena** decodes the same blocks again and again (readers that use more blocks at
 once than it keeps: a block shuffle's window per worker process, one per thread under thread
-workers): the epoch is still exact but can be tens of times slower. A block decoded again soon
+workers): the epoch is still exact but can be tens of times slower. ``seqloader.DataLoader``
+sizes the arenas of sources built with the default ``cache_blocks=None``
+(:mod:`seqloader.loader.block_caches`); an explicit ``cache_blocks`` is kept as given. A block decoded again soon
 after it was evicted (fewer than ``capacity`` other decodes in between) is counted
 (``blocks_decoded_again``); when more than half of the last ``4 * capacity`` decodes were such,
 the arena warns once (:class:`ArenaTooSmall`, a ``RuntimeWarning``) with the fix.
@@ -81,6 +83,7 @@ class Arena(Generic[V]):
     Args:
         capacity: blocks kept (and slots), ``>= 1``.
         op: the source's name, for messages.
+        counters: the counters to start from (those of the arena this one replaces), else zeros.
 
     Example:
         >>> arena = Arena(2, "demo")
@@ -99,7 +102,7 @@ class Arena(Generic[V]):
         RuntimeError: demo: the decode of blocks [5] returned 0 results
     """
 
-    def __init__(self, capacity: int, op: str = "arena"):
+    def __init__(self, capacity: int, op: str = "arena", counters: Optional[dict[str, int]] = None):
         self.capacity = check_positive_int(op, "cache_blocks", capacity)
         self._op = op
         self._lock = threading.Lock()
@@ -108,6 +111,7 @@ class Arena(Generic[V]):
         self._free = list(range(capacity - 1, -1, -1))                      # free slots (pop: lowest)
         self._counters = {"blocks_decoded": 0, "bytes_decoded": 0, "blocks_waited": 0, "items_read": 0,
                           "blocks_decoded_again": 0}
+        self._counters.update(counters or {})   # (a grown arena goes on counting where the last stopped)
         self._claims = 0                                                     # blocks claimed for decoding
         self._evicted: collections.OrderedDict[int, int] = collections.OrderedDict()  # block -> claims then
         self._recent: collections.deque[bool] = collections.deque(maxlen=4 * self.capacity)  # was a claim "again"?
@@ -182,9 +186,11 @@ class Arena(Generic[V]):
             warnings.warn(f"{self._op}: cache_blocks={self.capacity} is too small for its readers: more than "
                           f"half of the last {self._recent.maxlen} blocks decoded had been evicted a moment "
                           f"before ({describe(thrashed)}, for one); the batches are right but each block is "
-                          "decoded many times. Keep at least what the readers use at once: a block shuffle's "
-                          "window per worker process, 2 * window with threads_per_worker, window * "
-                          "(num_workers + 1) with worker_method='thread'", ArenaTooSmall, stacklevel=3)
+                          "decoded many times. Leave cache_blocks=None (the default: seqloader.DataLoader sizes it "
+                          "from its BlockShuffleSampler and executor), or keep at least what the readers use at "
+                          "once: a "
+                          "block shuffle's window per worker process, 2 * window with threads_per_worker, "
+                          "window * (num_workers + 1) with worker_method='thread'", ArenaTooSmall, stacklevel=3)
         try:
             if mine:
                 self._decode(mine, decode, out)

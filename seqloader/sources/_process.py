@@ -51,6 +51,15 @@ class ProcessLocal(Generic[T]):
                     self._pid = pid
         return self._value  # type: ignore[return-value]
 
+    def peek(self) -> T | None:
+        """The value built in this process, or ``None`` when :meth:`get` has not built one here."""
+        return self._value if self._pid == os.getpid() else None
+
+    def put(self, value: T) -> None:
+        """Make ``value`` this process's value (other processes still build theirs with the factory)."""
+        with _LOCK:
+            self._value, self._pid = value, os.getpid()
+
     def __getstate__(self) -> dict[str, Any]:
         return {"factory": self._factory}
 

@@ -4,12 +4,17 @@ The arena (:mod:`seqloader.sources._arena`) gives each block it decodes one of `
 slot numbers. :class:`Slots` keeps, per column, one numpy array of ``capacity * rows`` rows
 (``rows``: the most rows a block holds), allocated on the first block that needs it; block
 ``b`` in slot ``s`` is copied to rows ``[s * rows, s * rows + len(b))`` (a copy the decoding
-thread makes without the GIL, once per block). A batch spanning several blocks of the arena is
-then one ``numpy.take`` per column of those buffers, with positions ``s * rows + row``, instead
-of one gather per block and column and a scatter into the batch.
+thread makes without the GIL, once per block), and ``base[b] = s * rows`` is noted in an array
+of one int per block of the source. A columnar batch (:meth:`Slots.gather`) is then, per column,
+one native call: ``numpy.take(buffer, base[blocks] + rows, axis=0, mode="clip")``, written
+straight into the array the batch holds (``mode="clip"``: numpy's default ``"raise"`` gathers
+into a scratch buffer and copies it; the positions are in range by construction), whatever
+the number of blocks the batch spans, into an array reused once the training loop has dropped
+the batch it was (:mod:`seqloader.sources._batch_buffers`: pages already touched). The Python per batch is a few numpy calls, none per row
+or per block; ``benchmarks/threads.py`` measures it (``threads_parquet``, "Python per batch").
 
 A column goes in the buffers when its values are numbers, booleans or times (1-D), or rows of
-one length (2-D, see :func:`~seqloader.sources._table.to_numpy`), and the block agrees with the
+one length (2-D, see :func:`~seqloader.sources._to_numpy.to_numpy`), and the block agrees with the
 buffer's dtype and row shape; anything else (strings, ragged lists, a block of other dtype, or
 a block without a slot) stays as decoded, and a batch reading it is gathered block by block. A
 source whose blocks differ much in size (the largest more than twice the mean) uses no buffers:
@@ -19,11 +24,12 @@ they would waste more memory than they save time.
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional, cast
+from typing import Any, Optional
 
 import numpy as np
 
 from seqloader.sources._arena import Arena
+from seqloader.sources._batch_buffers import BatchBuffers
 
 __all__ = ["Block", "Slots", "slot_rows"]
 
@@ -47,18 +53,23 @@ class Slots:
 
     Example:
         >>> slots = Slots(2, op="demo")
-        >>> a = slots.store({"x": np.array([1, 2, 3])}, slot=1, rows=3)
-        >>> b = slots.store({"x": np.array([7, 8])}, slot=0, rows=3)
-        >>> a.slotted, slots.take("x", [a, b], np.array([0, 1, 0]), np.array([2, 1, 0])).tolist()
+        >>> a = slots.store({"x": np.array([1, 2, 3])}, slot=1, rows=3, block=4, num_blocks=6)
+        >>> b = slots.store({"x": np.array([7, 8])}, slot=0, rows=3, block=2, num_blocks=6)
+        >>> a.slotted, slots.gather(["x"], {4: a, 2: b}, [2, 4], np.array([4, 2, 4]), np.array([2, 1, 0]))["x"].tolist()
         (frozenset({'x'}), [3, 8, 1])
-        >>> slots.take("x", [a, Block({"x": np.array([5])}, None, frozenset(), 1)], np.array([0]), np.array([0]))
+        >>> c = Block({"x": np.array([5])}, None, frozenset(), 1)             # a block without a slot
+        >>> slots.gather(["x"], {4: a, 5: c}, [4, 5], np.array([5, 4]), np.array([0, 0]))["x"].tolist()
+        [5, 1]
     """
 
-    def __init__(self, capacity: int, op: str):
-        self.arena: Arena[Block] = Arena(capacity, op)
+    def __init__(self, capacity: int, op: str, counters: Optional[dict[str, int]] = None):
+        self.arena: Arena[Block] = Arena(capacity, op, counters)
         self.capacity = capacity
         self.rows: Optional[int] = None   # rows per slot: set by the first store (every store passes the same)
         self._buffers: dict[str, np.ndarray] = {}
+        self._base: Optional[np.ndarray] = None   # per block of the source: its first row in the buffers
+        #: the arrays batches are gathered into, reused once released
+        self.buffers = BatchBuffers()
         self._lock = threading.Lock()
 
     def _buffer(self, name: str, like: np.ndarray, rows: int) -> np.ndarray | None:
@@ -73,10 +84,11 @@ class Slots:
                 buf = self._buffers[name] = np.empty((self.capacity * rows, *like.shape[1:]), like.dtype)
         return buf if buf.dtype == like.dtype and buf.shape[1:] == like.shape[1:] else None
 
-    def store(self, cols: dict[str, np.ndarray], slot: Optional[int], rows: int) -> Block:
-        """Block of ``cols``, copied into the buffers at ``slot`` where they fit (called by the
-        decoding thread: the arena has reserved the slot for it). ``rows``: rows per slot (see
-        :func:`slot_rows`; 0: no buffers), the same in every call."""
+    def store(self, cols: dict[str, np.ndarray], slot: Optional[int], rows: int, block: int = 0,
+              num_blocks: int = 1) -> Block:
+        """Block ``block`` (of ``num_blocks``) of ``cols``, copied into the buffers at ``slot`` where
+        they fit (called by the decoding thread: the arena has reserved the slot for it). ``rows``:
+        rows per slot (see :func:`slot_rows`; 0: no buffers), the same in every call."""
         n = len(next(iter(cols.values()))) if cols else 0
         if slot is None:
             return Block(cols, None, frozenset(), n)
@@ -88,15 +100,43 @@ class Slots:
                 np.copyto(view, col)
                 out[name] = view
                 slotted.append(name)
+        if slotted:
+            with self._lock:
+                if self._base is None:
+                    self._base = np.zeros(num_blocks, dtype=np.int64)
+            # (written before the arena publishes the block; read only while it is pinned)
+            self._base[block] = slot * rows
         return Block(out, slot, frozenset(slotted), n)
 
-    def take(self, name: str, blocks: list[Block], which: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
-        """Column ``name`` at rows ``rows[i]`` of blocks ``blocks[which[i]]``: one ``take`` from the
-        column's buffer, or ``None`` when a block does not hold the column there."""
-        if self.rows is None or not all(name in b.slotted for b in blocks):
-            return None
-        base = np.fromiter((b.slot for b in blocks), dtype=np.int64, count=len(blocks)) * self.rows
-        return cast(np.ndarray, np.take(self._buffers[name], base[which] + rows, axis=0))
+    def gather(self, names: list[str], decoded: dict[int, Block], keys: list[int], blocks: np.ndarray,
+               rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Columns ``names`` at rows ``rows[i]`` of blocks ``blocks[i]`` (``keys``: the distinct
+        blocks, all in ``decoded`` and pinned): per column one ``take``, from the block itself
+        when the batch reads one block, else from the column's buffer; a column some block does
+        not hold in the buffers is gathered block by block."""
+        if len(keys) == 1:
+            return {name: self._take(col, rows) for name, col in decoded[keys[0]].cols.items()}
+        parts = [decoded[b] for b in keys]
+        slotted = parts[0].slotted.intersection(*[p.slotted for p in parts])   # (one C call for the batch)
+        index: Optional[np.ndarray] = None
+        out = {}
+        for name in names:
+            if self._base is not None and name in slotted:
+                if index is None:
+                    index = self._base[blocks] + rows
+                out[name] = self._take(self._buffers[name], index)
+            else:
+                which = np.searchsorted(np.asarray(keys), blocks)
+                out[name] = _gather([p.cols[name] for p in parts], which, rows, int(blocks.size))
+        return out
+
+
+    def _take(self, col: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """``col[index]`` (rows), written into a reused array of :attr:`buffers`."""
+        if col.dtype.hasobject:
+            return np.take(col, index, axis=0)
+        out = self.buffers.empty((index.size, *col.shape[1:]), col.dtype)
+        return np.take(col, index, axis=0, out=out, mode="clip")
 
 
 def slot_rows(lengths: Any) -> int:
@@ -113,3 +153,19 @@ def slot_rows(lengths: Any) -> int:
         return 0
     top = int(a.max())
     return top if top * a.size <= 2 * int(a.sum()) else 0
+
+
+def _gather(parts: list[np.ndarray], which: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """Row ``rows[i]`` of ``parts[which[i]]`` for each ``i``, block by block: one array when the
+    parts agree on dtype and row shape, else an object array of rows."""
+    first = parts[0]
+    same = all(p.dtype == first.dtype and p.shape[1:] == first.shape[1:] for p in parts)
+    dst = np.empty((n, *first.shape[1:]) if same else n, dtype=first.dtype if same else object)
+    for k, col in enumerate(parts):
+        where = np.flatnonzero(which == k)
+        if same or col.ndim == 1:
+            dst[where] = col[rows[where]]
+        else:  # (rows of another length than another block's: one object per row)
+            for w, row in zip(where.tolist(), col[rows[where]]):
+                dst[w] = row
+    return dst

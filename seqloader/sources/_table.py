@@ -16,19 +16,24 @@ answers:
   ``torch.utils.data.default_convert`` turns the dict into tensors, a token column into one
   ``(batch, length)`` tensor: ``collate_fn=default_convert`` is the matching collate.
 
-How many blocks to keep (``cache_blocks``): a block shuffle (``BlockShuffleSampler(window=w)``)
-reads the ``w`` blocks of one window at a time in each lane, and with ``lanes`` equal to the
-loader's ``num_workers`` each worker reads its own lane, one window after another. So:
+How many blocks to keep (``cache_blocks``): by default (``None``) the loader decides, when an
+epoch opens (:meth:`TableSource.size_cache`, called by ``seqloader.DataLoader`` through
+:mod:`seqloader.loader.block_caches`): a block shuffle (``BlockShuffleSampler(window=w)``) reads
+the ``w`` blocks of one window at a time in each lane, and with ``lanes`` equal to the loader's
+``num_workers`` each worker reads its own lane, one window after another. So:
 
-* worker processes: ``cache_blocks >= w`` (each process has its own arena and lane);
-* ``threads_per_worker=k``: ``>= 2 * w`` (the threads of a process read the batches of its lane:
+* worker processes: ``w`` (each process has its own arena and lane);
+* ``threads_per_worker=k``: ``2 * w`` (the threads of a process read the batches of its lane:
   while some finish a window, others begin the next);
 * thread workers (``worker_method="thread"``, one arena for every lane):
-  ``>= w * (num_workers + 1)``: a window per thread, and one for the thread that moves on to its
+  ``w * (num_workers + 1)``: a window per thread, and one for the thread that moves on to its
   next window while the others read theirs (with ``w * num_workers`` the least recently used
   blocks evicted then can be another thread's current window, decoded again).
 
-Fewer, and a window's blocks are decoded again while it is read.
+Until a loader says (the source read directly, or by torch's ``DataLoader``), and for orders
+other than a block shuffle, :data:`DEFAULT_CACHE_BLOCKS`. An explicit ``cache_blocks=N`` is
+kept as given, whatever the loader: fewer than the above, and a window's blocks are decoded
+again while it is read (the arena warns once, :class:`~seqloader.sources._arena.ArenaTooSmall`).
 
 A decoded block must hold as many rows as the index says (a footer that promises other counts
 than its pages hold is refused, naming the file and the block), and an error raised while
@@ -38,115 +43,21 @@ decoding one keeps its type and gains a note naming the file and the block.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from seqloader.errors import add_note, annotate, check_positive_int, note_stage
 from seqloader.sequences._util import check_bool, check_callable, fname
 from seqloader.sources._slots import Block, Slots, slot_rows
+from seqloader.sources._to_numpy import to_numpy
 from seqloader.sources._process import ProcessLocal
 from seqloader.sources.base import Positions, Source, group_by_block
 
-__all__ = ["TableSource", "to_numpy"]
+__all__ = ["DEFAULT_CACHE_BLOCKS", "TableSource", "to_numpy"]
 
-
-def to_numpy(column: Any) -> np.ndarray:
-    """A pyarrow (chunked) array as numpy: zero-copy for primitive columns without nulls; a 2-D
-    array for fixed-size lists and for lists whose rows all have the same length (of integers or
-    floats, without nulls: zero-copy of the values); an object array otherwise (str, bytes,
-    ragged lists, structs, nulls).
-
-    Example:
-        >>> import pyarrow as pa
-        >>> to_numpy(pa.array([1, 2])).tolist(), to_numpy(pa.array([1, None])).tolist()
-        ([1, 2], [1, None])
-        >>> to_numpy(pa.FixedSizeListArray.from_arrays(pa.array([1.0, 2.0, 3.0, 4.0]), 2)).shape
-        (2, 2)
-        >>> tokens = to_numpy(pa.array([[1, 2, 3], [4, 5, 6]], pa.list_(pa.int32())))
-        >>> tokens.dtype, tokens.shape
-        (dtype('int32'), (2, 3))
-        >>> ragged = to_numpy(pa.array([[1, 2, 3], [4]]))     # rows of different lengths
-        >>> ragged.dtype, [r.tolist() for r in ragged]
-        (dtype('O'), [[1, 2, 3], [4]])
-    """
-    import pyarrow as pa
-    import pyarrow.types as t
-
-    if isinstance(column, pa.ChunkedArray):
-        if column.num_chunks != 1:  # (combine_chunks copies even a single chunk: avoid it)
-            parts = [to_numpy(c) for c in column.chunks]
-            if parts and all(p.dtype != object and p.shape[1:] == parts[0].shape[1:] and p.dtype == parts[0].dtype
-                             for p in parts):
-                return np.concatenate(parts)
-            return _rows_of(parts, len(column))
-        column = column.chunk(0)
-    arr = column
-    typ = arr.type
-    square = _square(arr)
-    if square is not None:
-        return square
-    if arr.null_count == 0 and (t.is_integer(typ) or t.is_floating(typ) or t.is_boolean(typ)
-                                or t.is_temporal(typ)):
-        return cast(np.ndarray, arr.to_numpy(zero_copy_only=False))
-    if t.is_string(typ) or t.is_large_string(typ) or t.is_binary(typ) or t.is_large_binary(typ) or (
-            (t.is_list(typ) or t.is_large_list(typ)) and arr.null_count == 0 and arr.flatten().null_count == 0):
-        return cast(np.ndarray, arr.to_numpy(zero_copy_only=False))   # (a list with a null value goes by to_pylist: None, not NaN)
-    out = np.empty(len(arr), dtype=object)
-    out[:] = arr.to_pylist()
-    return out
-
-
-def _square(arr: Any) -> np.ndarray | None:
-    """A list array of numbers without nulls whose rows all have one length, as a 2-D array (a
-    view of Arrow's values); else ``None``."""
-    import pyarrow.types as t
-
-    typ = arr.type
-    fixed = t.is_fixed_size_list(typ)
-    if not (fixed or t.is_list(typ) or t.is_large_list(typ)) or arr.null_count or not len(arr):
-        return None
-    if not (t.is_integer(typ.value_type) or t.is_floating(typ.value_type)):
-        return None
-    if fixed:
-        width = typ.list_size
-    else:
-        offsets = arr.offsets.to_numpy()
-        width = int(offsets[1] - offsets[0])
-        if int(offsets[-1] - offsets[0]) != width * len(arr) or (
-                len(arr) > 2 and not (np.diff(offsets) == width).all()):
-            return None
-    flat = arr.flatten()
-    if flat.null_count:
-        return None
-    return cast(np.ndarray, flat.to_numpy().reshape(len(arr), width))
-
-
-def _rows_of(parts: list[np.ndarray], n: int) -> np.ndarray:
-    """The rows of ``parts`` (1-D or 2-D arrays) as one object array of ``n`` rows."""
-    out = np.empty(n, dtype=object)
-    i = 0
-    for p in parts:
-        for r in range(len(p)):  # (element by element: a 2-D part must give rows, not be broadcast)
-            out[i] = p[r]
-            i += 1
-    return out
-
-
-def _gather(parts: list[np.ndarray], which: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
-    """Row ``rows[i]`` of ``parts[which[i]]`` for each ``i``, block by block: one array when the
-    parts agree on dtype and row shape, else an object array of rows."""
-    first = parts[0]
-    same = all(p.dtype == first.dtype and p.shape[1:] == first.shape[1:] for p in parts)
-    dst = np.empty((n, *first.shape[1:]) if same else n, dtype=first.dtype if same else object)
-    for k, col in enumerate(parts):
-        where = np.flatnonzero(which == k)
-        if same or col.ndim == 1:
-            dst[where] = col[rows[where]]
-        else:  # (rows of another length than another block's: one object per row)
-            for w, row in zip(where.tolist(), col[rows[where]]):
-                dst[w] = row
-    return dst
+#: Blocks kept per process by a source built with ``cache_blocks=None`` until a loader sizes it.
+DEFAULT_CACHE_BLOCKS = 8
 
 
 class TableSource(Source[Any]):
@@ -159,10 +70,16 @@ class TableSource(Source[Any]):
     _slot_buffers = True
 
     _schema_names: list[str]  # the columns read, set by the subclass once the files' schemas are known
+
+    @property
+    def draws_globals(self) -> bool:
+        """Whether reading may draw from the global RNGs: only through a ``transform`` or a remote
+        file system's client (``seqloader.loader.global_draws``: otherwise the loader skips seeding them)."""
+        return self._transform is not None or bool(self._files.remote)
     _where: list[tuple[int, int]]  # per block: (file, block of that file)
 
     def _init_output(self, columns: Sequence[str] | None, transform: Callable[..., Any] | None, columnar: bool,
-                     cache_blocks: int) -> None:
+                     cache_blocks: int | None) -> None:
         if columns is not None and (isinstance(columns, str) or not all(isinstance(c, str) for c in columns)):
             raise TypeError(f"{self._op}: columns must be a list of column names or None (got {columns!r})")
         check_callable(self._op, "transform", transform, allow_none=True)
@@ -172,7 +89,10 @@ class TableSource(Source[Any]):
                             "columns; transform the batch in the loader's collate_fn instead")
         self._columns = None if columns is None else list(columns)
         self._transform = transform
-        self._cache_blocks = check_positive_int(self._op, "cache_blocks", cache_blocks)
+        #: the explicit ``cache_blocks`` (a cap the loader keeps), or ``None``: sized by the loader
+        self._cache_cap = None if cache_blocks is None else check_positive_int(self._op, "cache_blocks", cache_blocks)
+        self._cache_blocks: int = DEFAULT_CACHE_BLOCKS if self._cache_cap is None else self._cache_cap
+        self._cache_sized = False   # a loader has sized it (from then on it only grows)
         self._slots: ProcessLocal[Slots] = ProcessLocal(functools.partial(Slots, self._cache_blocks, self._op))
         self._rows_per_slot: int | None = None   # slot_rows of the index, computed on first use
 
@@ -180,6 +100,46 @@ class TableSource(Source[Any]):
     def columns(self) -> list[str]:
         """The columns read, in order."""
         return list(self._schema_names)
+
+    @property
+    def cache_blocks(self) -> int:
+        """Decoded blocks kept per process: the explicit ``cache_blocks``, else what the loader
+        asked for (:meth:`size_cache`), else :data:`DEFAULT_CACHE_BLOCKS`."""
+        return self._cache_blocks
+
+    def size_cache(self, blocks: int) -> int:
+        """Keep at least ``blocks`` decoded blocks per process from now on, unless ``cache_blocks``
+        was given (then it stays as given); returns the number kept. ``seqloader.DataLoader`` calls
+        it when an epoch opens, before its workers start (:mod:`seqloader.loader.block_caches`).
+        The first call replaces :data:`DEFAULT_CACHE_BLOCKS`; later ones only grow the number:
+        two loaders over one source each get what they need. This
+        process's decoded blocks move to a larger arena (its counters go on; a batch being read
+        finishes in the arena it began in).
+
+        Example:
+            >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, seqloader
+            >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
+            >>> pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)
+            >>> src = seqloader.parquet(path)
+            >>> src.cache_blocks, src.size_cache(4), src.size_cache(24), src.size_cache(16)
+            (8, 4, 24, 24)
+            >>> seqloader.parquet(path, cache_blocks=4).size_cache(24)    # a cap stays as given
+            4
+            >>> src.size_cache(0)
+            Traceback (most recent call last):
+            ValueError: parquet: blocks must be a positive int (got 0)
+        """
+        blocks = check_positive_int(self._op, "blocks", blocks)
+        if self._cache_cap is not None or blocks == self._cache_blocks or (self._cache_sized and
+                                                                           blocks < self._cache_blocks):
+            return self._cache_blocks
+        self._cache_sized = True
+        old = self._slots.peek()
+        slots: ProcessLocal[Slots] = ProcessLocal(functools.partial(Slots, blocks, self._op))
+        if old is not None:   # (this process's counters go on; other processes build their own)
+            slots.put(Slots(blocks, self._op, old.arena.counters()))
+        self._cache_blocks, self._slots = blocks, slots
+        return blocks
 
     def _read_blocks(self, blocks: list[int]) -> list[Any]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -198,20 +158,23 @@ class TableSource(Source[Any]):
 
     def counters(self) -> dict[str, int]:
         """This process's counts: blocks decoded, their bytes (Arrow's ``nbytes``), blocks a thread
-        took from another thread's decode (``blocks_waited``), items read."""
+        took from another thread's decode (``blocks_waited``), items read, blocks decoded again
+        soon after they were evicted (``blocks_decoded_again``: an arena too small)."""
         return self._slots.get().arena.counters()
 
-    def _pinned(self, blocks: Sequence[int], items: int = 0) -> Any:
+    def _pinned(self, blocks: Sequence[int], items: int = 0, state: Slots | None = None) -> Any:
         """``with self._pinned(blocks) as decoded:`` ``{block: Block}``, decoded at most once while
-        they stay in the arena, and not reused while the ``with`` block runs (``items``: items read)."""
-        return self._slots.get().arena.pinned(blocks, self._decode, self._block_name, items)
+        they stay in the arena of ``state`` (default: this process's), and not reused while the
+        ``with`` block runs (``items``: items read). A batch reads one ``state``
+        (``self._slots.get()``, taken once: :meth:`size_cache` may replace it meanwhile)."""
+        state = self._slots.get() if state is None else state
+        return state.arena.pinned(blocks, functools.partial(self._decode, state), self._block_name, items)
 
-    def _decode(self, blocks: list[int], slots: list[int | None]) -> list[tuple[Block, int]]:
-        """Read and convert ``blocks``, into their slots (called by the arena without its lock)."""
+    def _decode(self, state: Slots, blocks: list[int], slots: list[int | None]) -> list[tuple[Block, int]]:
+        """Read and convert ``blocks``, into their slots of ``state`` (called by the arena without its lock)."""
         if self._rows_per_slot is None:   # (threads racing here compute the same number)
             self._rows_per_slot = slot_rows(self._index.ends - self._index.starts) if self._slot_buffers else 0
         tables = self._read_blocks(blocks)
-        state = self._slots.get()
         out = []
         for b, slot, table in zip(blocks, slots, tables):
             want = int(self._index.ends[b] - self._index.starts[b])
@@ -219,7 +182,7 @@ class TableSource(Source[Any]):
                 raise ValueError(f"{self._op}: {self._block_name(b)} holds {table.num_rows} rows but the file's "
                                  f"footer says {want}; the file is corrupt: write it again")
             cols = {name: to_numpy(table.column(name)) for name in self._schema_names}
-            out.append((state.store(cols, slot, self._rows_per_slot), int(table.nbytes)))
+            out.append((state.store(cols, slot, self._rows_per_slot, b, self._index.num_blocks), int(table.nbytes)))
         return out
 
     def _row(self, cols: dict[str, np.ndarray], r: int) -> dict[str, Any]:
@@ -242,11 +205,14 @@ class TableSource(Source[Any]):
 
     def _items(self, positions: Positions) -> Any:
         blocks, rows = self._index.locate(positions)
+        state = self._slots.get()
         if self._columnar:
-            return self._columns_of(blocks, rows)
+            keys = sorted(set(blocks.tolist()))   # (a set of 64 ints: cheaper than numpy.unique)
+            with self._pinned(keys, int(positions.size), state) as decoded:
+                return state.gather(self._schema_names, decoded, keys, blocks, rows)
         groups = group_by_block(blocks)
         out: list[Any] = [None] * positions.size
-        with self._pinned([b for b, _ in groups], int(positions.size)) as decoded:
+        with self._pinned([b for b, _ in groups], int(positions.size), state) as decoded:
             for b, where in groups:
                 cols = decoded[b].cols
                 for w, r in zip(where.tolist(), rows[where].tolist()):
@@ -261,26 +227,6 @@ class TableSource(Source[Any]):
                 add_note(exc, f"{self._op}: row {int(rows[w])} of {self._block_name(int(blocks[w]))}")
                 raise
         return out
-
-    def _columns_of(self, blocks: Positions, rows: Positions) -> dict[str, np.ndarray]:
-        """The batch as columns: one ``take`` per column (from its block, or from the column's slot
-        buffer when the batch spans several blocks), else gathered block by block."""
-        n = int(blocks.size)
-        if n and blocks[0] == blocks[-1] and (blocks == blocks[0]).all():
-            b = int(blocks[0])
-            with self._pinned([b], n) as decoded:
-                return {name: col[rows] for name, col in decoded[b].cols.items()}
-        uniq = np.unique(blocks)
-        which = np.searchsorted(uniq, blocks)   # (cheaper than unique's return_inverse)
-        keys = uniq.tolist()
-        state = self._slots.get()
-        with self._pinned(keys, n) as decoded:
-            parts = [decoded[b] for b in keys]
-            out = {}
-            for name in self._schema_names:
-                col = state.take(name, parts, which, rows)
-                out[name] = col if col is not None else _gather([p.cols[name] for p in parts], which, rows, n)
-            return out
 
     def _repr_args(self) -> str:
         extra = ", columnar=True" if self._columnar else ""

@@ -88,7 +88,7 @@ class _ArrowIPC(TableSource):
     _slot_buffers = False   # batches stay zero-copy views of the memory map (shared page cache)
 
     def __init__(self, paths: Any, columns: Sequence[str] | None, transform: Callable[..., Any] | None, columnar: bool,
-                 cache_blocks: int, num_threads: int, storage_options: dict[str, Any] | None):
+                 cache_blocks: int | None, num_threads: int, storage_options: dict[str, Any] | None):
         self._init_output(columns, transform, columnar, cache_blocks)
         self._threads = Threads(_OP, num_threads)
         self._files = Files(_OP, resolve(_OP, paths, _SUFFIXES, storage_options), storage_options)
@@ -178,7 +178,7 @@ class _ArrowIPC(TableSource):
 
 
 def arrow_ipc(paths: Any, *, columns: Sequence[str] | None = None, transform: Callable[..., Any] | None = None,
-              columnar: bool = False, cache_blocks: int = 8, num_threads: int = 16,
+              columnar: bool = False, cache_blocks: int | None = None, num_threads: int = 16,
               storage_options: dict[str, Any] | None = None) -> TableSource:
     """The rows of Arrow IPC files (Feather v2) as a lazy, position-addressable sequence.
 
@@ -193,7 +193,8 @@ def arrow_ipc(paths: Any, *, columns: Sequence[str] | None = None, transform: Ca
         columns: the columns to read (default: all).
         transform: called on each row (a dict) when it is read.
         columnar: ``__getitems__`` returns one dict of column arrays (see :func:`seqloader.parquet`).
-        cache_blocks: decoded record batches kept per process.
+        cache_blocks: decoded record batches kept per process; ``None`` (default): sized by
+            ``seqloader.DataLoader`` (see :func:`seqloader.parquet`).
         num_threads: files opened at once while indexing; batches fetched at once (remote).
         storage_options: keyword arguments for the fsspec filesystem.
 

@@ -168,11 +168,9 @@ class Source(LazySequence[T_co]):
         """``positions`` as int64 in ``[0, len)`` (negative ones count from the end)."""
         p = np.asarray(positions, dtype=np.int64).reshape(-1)
         n = len(self)
-        if not p.size:
+        if not p.size or int(p.view(np.uint64).max()) < n:   # (one pass: a negative one reads as >= 2**63)
             return p
         lo, hi = p.min(), p.max()
-        if lo >= 0 and hi < n:
-            return p
         if lo < -n or hi >= n:
             bad = int(p[(p < -n) | (p >= n)][0])
             raise IndexError(f"{self!r}: index {bad} out of range [-{n}, {n})")

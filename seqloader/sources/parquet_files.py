@@ -6,8 +6,8 @@ footer larger than that), ``num_threads`` files at a time. Position ``p`` is row
 ``p - starts[g]`` of row group ``g`` (a bisection over the cumulative counts, vectorised over
 a batch). A batch reads each of its row groups once (remote ones concurrently, one range
 request per row group covering the selected columns' chunks), decodes it with pyarrow and keeps
-the last ``cache_blocks`` decoded row groups per process; rows are sliced out of the decoded
-columns (see :mod:`seqloader.sources._table`).
+the last ``cache_blocks`` decoded row groups per process (sized by the loader unless given);
+rows are sliced out of the decoded columns (see :mod:`seqloader.sources._table`).
 
 What is checked: the footer must be whole (:mod:`seqloader.sources._footer`); its digest is the
 file's content in a fingerprint, and every process that opens a local file reads the footer
@@ -82,7 +82,7 @@ class _Parquet(TableSource):
     _block_word = "row group"
 
     def __init__(self, paths: Any, columns: Sequence[str] | None, transform: Callable[..., Any] | None, columnar: bool,
-                 cache_blocks: int, num_threads: int, storage_options: dict[str, Any] | None, partitioning: str | None):
+                 cache_blocks: int | None, num_threads: int, storage_options: dict[str, Any] | None, partitioning: str | None):
         self._init_output(columns, transform, columnar, cache_blocks)
         if partitioning not in ("hive", None):
             raise ValueError(f"{_OP}: partitioning must be 'hive' or None (got {partitioning!r})")
@@ -196,7 +196,7 @@ class _Parquet(TableSource):
 
 
 def parquet(paths: Any, *, columns: Sequence[str] | None = None, transform: Callable[..., Any] | None = None,
-            columnar: bool = False, cache_blocks: int = 8, num_threads: int = 16,
+            columnar: bool = False, cache_blocks: int | None = None, num_threads: int = 16,
             storage_options: dict[str, Any] | None = None, partitioning: str | None = "hive") -> TableSource:
     """The rows of Parquet files as a lazy, position-addressable sequence.
 
@@ -204,7 +204,7 @@ def parquet(paths: Any, *, columns: Sequence[str] | None = None, transform: Call
     is sorted by path). Only the footers are read here; a row group is decoded when one of its
     rows is first read, once per batch, and the last ``cache_blocks`` decoded row groups are
     kept per process. ``blocks()`` are the row groups: give them to a block shuffle so that an
-    epoch decodes each row group about once. Folders named ``key=value`` below ``paths`` (hive
+    epoch decodes each row group once per process (``seqloader.DataLoader`` sizes the cache). Folders named ``key=value`` below ``paths`` (hive
     partitions) become columns after the files' own, as ``pyarrow.parquet.read_table`` reads
     them. Each process checks a file's footer against the index before its first read, and page
     checksums are verified where the writer wrote them; an error while decoding names the file
@@ -220,9 +220,13 @@ def parquet(paths: Any, *, columns: Sequence[str] | None = None, transform: Call
             whose rows all have one length, such as tokens, as one 2-D array); pass
             ``collate_fn=torch.utils.data.default_convert`` to the loader to turn it into a dict
             of tensors. The fast path: no Python step per row.
-        cache_blocks: decoded row groups kept per process, shared by its threads: at least a
-            block shuffle's ``window`` with worker processes, ``2 * window`` with
-            ``threads_per_worker``, ``window * (num_workers + 1)`` with thread workers.
+        cache_blocks: decoded row groups kept per process, shared by its threads. ``None``
+            (default): ``seqloader.DataLoader`` sizes it when an epoch opens, from its
+            ``BlockShuffleSampler``'s ``window`` and ``lanes``, its executor and its workers, so
+            that each row group is decoded once per epoch per process (a block shuffle's
+            ``window`` per worker process, ``2 * window`` with ``threads_per_worker``, ``window *
+            (num_workers + 1)`` with thread workers); 8 until then and for other orders. An int
+            is kept as given (a cap on memory: fewer decodes row groups again).
         num_threads: footers read at once while indexing, row groups fetched at once in a
             batch (remote files).
         storage_options: keyword arguments for the fsspec filesystem (e.g. ``endpoint_url``).

@@ -191,7 +191,8 @@ def test_the_changelog_s_newest_entry_is_this_release():
                     "every release is recorded there, newest first")
     text = CHANGELOG.read_text(encoding="utf-8")
     entries = re.split(r"^## ", text, flags=re.M)[1:]
-    if entries and entries[0].split()[0] == "Unreleased":   # changes made since the release, on top
+    if entries and entries[0].split()[0] == "Unreleased":   # what main holds beyond the last release
+        assert "State format:" in entries[0], "the Unreleased entry does not say which state format it saves"
         entries = entries[1:]
     assert entries, "CHANGELOG.md has no release entry ('## <version> ...')"
     newest = entries[0].split()[0]

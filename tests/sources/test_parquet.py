@@ -91,6 +91,11 @@ def test_out_of_range_positions_raise_index_error_naming_the_source(files):
         src.__getitems__([0, 25])
     with pytest.raises(IndexError, match="index -26 out of range"):
         src[-26]
+    with pytest.raises(IndexError, match="index -26 out of range"):   # (a batch checks its range in one pass)
+        src.__getitems__([3, -26])
+    with pytest.raises(IndexError, match=f"index {-2**63} out of range"):
+        src.__getitems__(np.array([-2**63], dtype=np.int64))
+    assert repr(src.__getitems__([-1, -25, 0])) == repr([src[24], src[0], src[0]])
 
 
 def test_a_batch_decodes_each_row_group_once_and_the_cache_is_bounded(files):

@@ -45,6 +45,7 @@ def test_parquet_over_s3_reads_what_pyarrow_reads(fs, s3_server, tmp_path):
     assert src.blocks().tolist() == [4, 7, 7, 12]
     col = parquet("s3://data/pq/*.parquet", storage_options=s3_server, columnar=True, num_threads=4)
     assert col.__getitems__([11, 0, 4])["i"].tolist() == [11, 0, 4]
+    assert col.draws_globals and not parquet(str(tmp_path / "pq"), columnar=True).draws_globals   # a client may retry at random
     import pickle
     clone = pickle.loads(pickle.dumps(col))   # what a spawned worker gets: metadata, no connection
     assert clone.__getitems__([5])["s"].tolist() == ["row5"]
