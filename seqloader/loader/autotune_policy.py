@@ -1,0 +1,404 @@
+"""L3, pure policy: which configuration of the workers to try next, from measurements (``autotune=True``).
+
+A :class:`Config` is one way to compute an epoch's batches: in this process (``"main"``), in
+thread workers (``"thread"``), or in worker processes with threads inside each (``"process"``),
+with a read-ahead depth (``prefetch``, torch's ``prefetch_factor``). Batches never depend on it,
+so the loader may switch at any batch boundary (``loader/autotune.py`` does, seeking the new
+workers to the position the user has consumed).
+
+:class:`Tuner` decides. It is fed one :class:`BatchTiming` per delivered batch (the loop's wait in
+``next()`` and its own work between calls) and, at the end of each trial, a :class:`Usage` (CPU
+seconds and the memory the loader holds, measured by the caller); it answers with the next
+configuration to run, or ``None``. It knows nothing of processes, clocks or ``/proc``, so it is
+tested by feeding it numbers. The search, in order:
+
+0. the first batch is computed in this process (``num_workers=0``): its size predicts the memory
+   of the batches in flight, before any worker holds one;
+1. trials of ``threads`` (``8 * max_workers`` thread workers), ``processes`` (``max_workers``) and
+   ``processes x threads`` (``max_workers`` processes of 4 threads); a trial lasts ``trial_s``
+   seconds of delivered batches (at least 4 of them) and ends early when it is clearly slower
+   (under half the best rate so far);
+2. the best rate wins; if the loop was not waiting (``< 10%`` of its time in ``next()``: it is
+   consumer-bound), halve its workers (then threads, then ``num_workers=0``) while it keeps up,
+   and keep the cheapest in CPU per batch among those within 5% of the best rate;
+3. if the loop still waits ``>= 20%`` with the winner, one trial with twice the read-ahead;
+4. settle, and stay there until the loop's own time per batch changes by more than 2x (then
+   search again), or the memory the loader holds exceeds ``memory_budget`` (then the winner is
+   refused and the search goes on without it).
+
+A configuration whose predicted memory exceeds the budget is never tried: a worker process is
+predicted at the size measured for one in an earlier trial (before any, at ``worker_bytes``, the
+training process's own size), and each batch in flight at the size of a delivered batch.
+:class:`Schedule` is the other policy: switches at fixed batch counts, for tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Protocol
+
+__all__ = ["BatchTiming", "Config", "Policy", "Schedule", "Trial", "Tuner", "Usage"]
+
+#: thread workers per allowed worker, and threads inside each worker process, at most
+THREADS_PER_WORKER = 8
+PROCESS_THREADS = 4
+_KEEPS_UP = 0.10     # the loop waits less than this fraction of its time: consumer-bound
+_WAITS = 0.20        # ... at least this: a deeper read-ahead is tried
+_SAME_RATE = 0.95    # rates within 5% of the best are equal (then the least CPU per batch wins)
+_RETUNE = 2.0        # the loop's work per batch changed by more than this factor: search again
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One way to compute the batches (see the module docstring).
+
+    Example:
+        >>> Config("process", workers=2, threads=4).label, Config("main").in_flight
+        ('2 processes x 4 threads, prefetch 2', 0)
+        >>> Config("threads", workers=2)
+        Traceback (most recent call last):
+        ValueError: autotune: Config.method must be 'main', 'thread' or 'process' (got 'threads')
+    """
+
+    method: str
+    workers: int = 0
+    threads: int = 1
+    prefetch: int = 2
+
+    def __post_init__(self) -> None:
+        if self.method not in ("main", "thread", "process"):
+            raise ValueError(f"autotune: Config.method must be 'main', 'thread' or 'process' (got {self.method!r})")
+        if (self.method == "main") != (self.workers == 0) or self.threads < 1 or self.prefetch < 1:
+            raise ValueError(f"autotune: inconsistent Config (got {self!r}); 'main' has 0 workers, the others "
+                             ">= 1, threads and prefetch >= 1")
+        if self.threads > 1 and self.method != "process":
+            raise ValueError(f"autotune: threads > 1 needs method='process' (got {self!r})")
+
+    @property
+    def label(self) -> str:
+        """The configuration in words (logs, ``stats()["autotune"]``)."""
+        if self.method == "main":
+            return "num_workers=0"
+        kind = "threads" if self.method == "thread" else "processes"
+        inside = f" x {self.threads} threads" if self.threads > 1 else ""
+        return f"{self.workers} {kind}{inside}, prefetch {self.prefetch}"
+
+    @property
+    def in_flight(self) -> int:
+        """Batches computed or held ahead of the loop at most."""
+        return self.workers * self.threads * self.prefetch
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchTiming:
+    """One delivered batch: when ``next()`` returned it (seconds, any clock), how long the loop
+    waited inside ``next()``, how long it worked since the previous ``next()`` returned (``None``
+    for the first of an iterator), and the batch's bytes (tensors and arrays; 0 if unknown)."""
+
+    now: float
+    wait_s: float
+    work_s: Optional[float]
+    nbytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """What the loader used, measured by the caller: ``cpu_s`` (CPU seconds of this process and
+    its worker processes, cumulative), ``loader_bytes`` (memory the loader holds now: its worker
+    processes' and what this process grew since the loader began), ``worker_bytes`` (the largest
+    worker process, 0 without any)."""
+
+    cpu_s: float
+    loader_bytes: int
+    worker_bytes: int = 0
+
+
+@dataclasses.dataclass
+class Trial:
+    """The numbers of one configuration's trial."""
+
+    config: Config
+    batches: int = 0
+    wall_s: float = 0.0
+    wait_s: float = 0.0
+    work_s: float = 0.0
+    cpu_s: float = 0.0
+    memory_bytes: int = 0
+    cut_short: bool = False
+
+    @property
+    def rate(self) -> float:
+        """Batches per second delivered to the loop."""
+        return self.batches / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def waiting(self) -> float:
+        """The fraction of the loop's time spent waiting in ``next()``."""
+        total = self.wait_s + self.work_s
+        return self.wait_s / total if total > 0 else 0.0
+
+    @property
+    def cpu_per_batch(self) -> float:
+        return self.cpu_s / self.batches if self.batches else 0.0
+
+    def as_dict(self) -> dict:
+        return {"config": self.config.label, "batches": self.batches, "batches_per_s": round(self.rate, 3),
+                "waiting": round(self.waiting, 3), "cpu_s_per_batch": round(self.cpu_per_batch, 6),
+                "cores": round(self.cpu_s / self.wall_s, 3) if self.wall_s > 0 else 0.0,
+                "memory_bytes": self.memory_bytes, "cut_short": self.cut_short}
+
+
+class Policy(Protocol):
+    """What the loader asks of a policy (:class:`Tuner`, :class:`Schedule`)."""
+
+    def first(self) -> Config:
+        """The configuration to start with."""
+
+    def observe(self, timing: BatchTiming, usage: Callable[[], Usage]) -> Optional[Config]:
+        """A batch was delivered: the configuration to switch to, or ``None``. ``usage()`` measures
+        (costly: call it at a trial's ends only)."""
+
+    def report(self) -> dict:
+        """``stats()["autotune"]``: JSON types."""
+
+
+class Schedule:
+    """A policy for tests: switch to ``configs[k]`` after ``every * (k + 1)`` delivered batches
+    (counted across epochs), cycling through them.
+
+    Example:
+        >>> s = Schedule([Config("thread", 2), Config("main")], every=2)
+        >>> t = BatchTiming(0.0, 0.0, None)
+        >>> [s.observe(t, None) for _ in range(4)][1::2] == [Config("main"), Config("thread", 2)]
+        True
+    """
+
+    def __init__(self, configs: list, every: int = 1):
+        if not configs or every < 1:
+            raise ValueError(f"Schedule: needs configs and every >= 1 (got {configs!r}, every={every!r})")
+        self._configs, self._every, self._seen, self.switches = list(configs), every, 0, 0
+
+    def first(self) -> Config:
+        return self._configs[0]
+
+    def observe(self, timing: BatchTiming, usage: Any) -> Optional[Config]:
+        self._seen += 1
+        if self._seen % self._every:
+            return None
+        self.switches += 1
+        return self._configs[self.switches % len(self._configs)]
+
+    def report(self) -> dict:
+        return {"policy": "schedule", "switches": self.switches, "trials": [], "chosen": None, "reason": "a schedule"}
+
+
+class Tuner:
+    """The measuring policy; see the module docstring.
+
+    Args:
+        max_workers: worker processes at most (``num_workers``, or the cores); thread workers at
+            most ``8 * max_workers``.
+        memory_budget: bytes the loader may hold (its worker processes and what this process grows).
+        worker_bytes: a worker process's predicted size before one is measured.
+        trial_s: seconds of delivered batches per trial.
+
+    Example:
+        >>> t = Tuner(max_workers=2, memory_budget=2**40, worker_bytes=0, trial_s=1.0)
+        >>> t.first().label
+        'num_workers=0'
+        >>> use = lambda: Usage(cpu_s=0.0, loader_bytes=0)   # every batch takes 0.1 s; the loop waits
+        >>> asked = [t.observe(BatchTiming(now=0.1 * k, wait_s=0.09, work_s=0.01), use) for k in range(1, 60)]
+        >>> [c.label for c in asked if c is not None]
+        ['16 threads, prefetch 2', '2 processes, prefetch 2', '2 processes x 4 threads, prefetch 2', '2 processes x 4 threads, prefetch 4', '16 threads, prefetch 2']
+        >>> t.chosen.label, t.report()["switches"]
+        ('16 threads, prefetch 2', 5)
+        >>> Tuner(max_workers=0, memory_budget=1, worker_bytes=0)
+        Traceback (most recent call last):
+        ValueError: autotune: max_workers must be >= 1 (got 0)
+    """
+
+    def __init__(self, max_workers: int, memory_budget: int, worker_bytes: int, trial_s: float = 0.5):
+        if max_workers < 1:
+            raise ValueError(f"autotune: max_workers must be >= 1 (got {max_workers})")
+        self.max_workers, self.memory_budget, self.trial_s = max_workers, memory_budget, trial_s
+        self._worker_bytes, self._batch_bytes = worker_bytes, 0
+        self._no_threads = ""
+        self.trials: list[Trial] = []
+        self.refused: dict[Config, str] = {}
+        self.chosen: Optional[Config] = None
+        self.reason = "searching"
+        self.switches = 0
+        self._queue: list[Config] = []
+        self._trial: Optional[Trial] = None
+        self._start: Optional[tuple[float, float]] = None   # (time, cpu_s) of the current trial's first batch
+        self._work: list[float] = []                        # the loop's work per batch since settling
+        self._settled_work = 0.0
+        self._search()
+
+    # -- the search ---------------------------------------------------------------------------
+
+    def _search(self) -> None:
+        w = self.max_workers
+        self._queue = [Config("thread", THREADS_PER_WORKER * w), Config("process", w),
+                       Config("process", w, PROCESS_THREADS)]
+        self.chosen, self.reason, self._stage = None, "searching", "executors"
+        self._trial, self._start = None, None
+        self._probing = True   # one batch in this process first: its size predicts the memory of the others
+
+    def _predicted(self, c: Config) -> int:
+        procs = c.workers if c.method == "process" else 0
+        return procs * self._worker_bytes + c.in_flight * self._batch_bytes
+
+    def _next_allowed(self) -> Optional[Config]:
+        """The next queued configuration within the budget (refusing the others), or ``None``."""
+        while self._queue:
+            c = self._queue.pop(0)
+            if c in self.refused or any(t.config == c for t in self.trials):
+                continue
+            if self._no_threads and (c.method == "thread" or c.threads > 1):
+                self.refused[c] = self._no_threads
+                continue
+            if self._predicted(c) > self.memory_budget:
+                self.refused[c] = f"predicted {self._predicted(c)} bytes > memory_budget {self.memory_budget}"
+                continue
+            return c
+        return None
+
+    def first(self) -> Config:
+        return Config("main")
+
+    def no_threads(self, why: str) -> None:
+        """Never try threads (thread workers, threads inside processes): ``why``."""
+        self._no_threads = why
+        for c in [*self._queue, *([self._trial.config] if self._trial else [])]:
+            if c.method == "thread" or c.threads > 1:
+                self.refused[c] = why
+
+    def observe(self, timing: BatchTiming, usage: Callable[[], Usage]) -> Optional[Config]:
+        self._batch_bytes = max(self._batch_bytes, timing.nbytes)
+        if self._probing:
+            self._probing = False
+            return self._next_or_settle(None)
+        trial = self._trial
+        if trial is None:
+            return self._watch(timing)
+        if self._start is None:   # the trial's first batch: start-up is behind it
+            self._start = (timing.now, usage().cpu_s)
+            return None
+        trial.batches += 1
+        trial.wait_s += timing.wait_s
+        trial.work_s += timing.work_s or 0.0
+        trial.wall_s = timing.now - self._start[0]
+        best = max((t.rate for t in self.trials), default=0.0)
+        slow = trial.wall_s >= 0.5 * self.trial_s and trial.rate < 0.5 * best
+        if not slow and (trial.wall_s < self.trial_s or trial.batches < 4):
+            return None
+        trial.cut_short = slow
+        used = usage()
+        trial.cpu_s = used.cpu_s - self._start[1]
+        trial.memory_bytes = used.loader_bytes
+        if used.worker_bytes:
+            self._worker_bytes = used.worker_bytes
+        self.trials.append(trial)
+        if used.loader_bytes > self.memory_budget:
+            self.refused[trial.config] = f"measured {used.loader_bytes} bytes > memory_budget {self.memory_budget}"
+        return self._next_or_settle(trial)
+
+    def _ok(self) -> list:
+        return [t for t in self.trials if t.config not in self.refused]
+
+    def _next_or_settle(self, trial: Optional[Trial]) -> Optional[Config]:
+        """A trial ended (or the probe): the next trial, or settle."""
+        if not self._queue and trial is not None:
+            self._queue = self._follow_up(trial)
+        nxt = self._next_allowed()
+        if nxt is not None:
+            self._trial, self._start = Trial(nxt), None
+            self.switches += 1
+            return nxt
+        return self._settle(trial)
+
+    def _follow_up(self, trial: Trial) -> list:
+        """What the trials so far suggest trying: a smaller configuration while the loop keeps up,
+        then a deeper read-ahead while it waits."""
+        ok = self._ok()
+        if not ok:
+            return []
+        best = max(ok, key=lambda t: t.rate)
+        if self._stage == "executors":
+            self._stage = "smaller"
+            smaller = _smaller(best.config) if best.waiting < _KEEPS_UP else None
+            if smaller is not None:
+                return [smaller]
+        elif self._stage == "smaller" and trial in ok and trial.waiting < _KEEPS_UP \
+                and trial.rate >= _SAME_RATE * best.rate:
+            smaller = _smaller(trial.config)
+            if smaller is not None:
+                return [smaller]
+        if self._stage != "deeper":
+            self._stage = "deeper"
+            if best.waiting >= _WAITS and best.config.workers:
+                return [dataclasses.replace(best.config, prefetch=2 * best.config.prefetch)]
+        return []
+
+    def _settle(self, last: Optional[Trial]) -> Optional[Config]:
+        ok = self._ok()
+        self._trial, self._start, self._work = None, None, []
+        if not ok:
+            self.chosen = Config("main")
+            self.reason = "num_workers=0: every other configuration exceeds memory_budget"
+        else:
+            top = max(t.rate for t in ok)
+            same = [t for t in ok if t.rate >= _SAME_RATE * top]
+            pick = min(same, key=lambda t: t.cpu_per_batch)
+            bound = "consumer-bound" if pick.waiting < _KEEPS_UP else "input-bound"
+            self.chosen = pick.config
+            self._settled_work = sum(t.work_s for t in same) / max(1, sum(t.batches for t in same))
+            self.reason = (f"{pick.config.label}: {pick.rate:.1f} batches/s ({bound}: the loop waits "
+                           f"{pick.waiting:.0%} of its time), {pick.cpu_per_batch * 1e3:.1f} ms CPU per batch, the "
+                           f"least of {len(same)} within 5% of the best rate ({top:.1f}/s)")
+        current = Config("main") if last is None else last.config
+        if self.chosen == current:
+            return None
+        self.switches += 1
+        return self.chosen
+
+    def _watch(self, timing: BatchTiming) -> Optional[Config]:
+        """Settled: search again when the loop's work per batch changed by more than 2x."""
+        if timing.work_s is None:
+            return None
+        self._work.append(timing.work_s)
+        if len(self._work) < 16:
+            return None
+        recent = sum(self._work[-16:]) / 16
+        base = max(self._settled_work, 1e-4)
+        if recent > _RETUNE * base or max(recent, 1e-4) < base / _RETUNE:
+            self.trials, self.refused = [], {c: why for c, why in self.refused.items() if why.startswith("measured")}
+            self._search()
+            self._probing = False
+            return self._next_or_settle(None)
+        del self._work[:-16]
+        return None
+
+    def report(self) -> dict:
+        return {"policy": "tuner", "chosen": None if self.chosen is None else self.chosen.label,
+                "reason": self.reason, "switches": self.switches,
+                "trying": None if self._trial is None else self._trial.config.label,
+                "trials": [t.as_dict() for t in self.trials],
+                "refused": {c.label: why for c, why in self.refused.items()},
+                "memory_budget": self.memory_budget}
+
+
+def _smaller(c: Config) -> Optional[Config]:
+    """The next cheaper configuration than ``c``: fewer threads inside, then fewer workers, then none."""
+    if c.method == "process" and c.threads > 1:
+        return dataclasses.replace(c, threads=c.threads // 2)
+    if c.workers > 1:
+        return dataclasses.replace(c, workers=c.workers // 2)
+    if c.workers == 1:
+        return Config("main")
+    return None
+
