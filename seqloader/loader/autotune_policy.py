@@ -12,19 +12,23 @@ seconds and the memory the loader holds, measured by the caller); it answers wit
 configuration to run, or ``None``. It knows nothing of processes, clocks or ``/proc``, so it is
 tested by feeding it numbers. The search, in order:
 
-0. the first batch is computed in this process (``num_workers=0``): its size predicts the memory
-   of the batches in flight, before any worker holds one;
-1. trials of ``threads`` (``8 * max_workers`` thread workers), ``processes`` (``max_workers``) and
-   ``processes x threads`` (``max_workers`` processes of 4 threads); a trial lasts ``trial_s``
-   seconds of delivered batches (at least 4 of them) and ends early when it is clearly slower
-   (under half the best rate so far);
+0. the first batch is computed in this process: a one-batch trial of ``num_workers=0`` (its
+   time and the loop's work after it), and its size predicts the memory of the batches in
+   flight before any worker holds one;
+1. a trial of ``threads`` (``8 * max_workers`` thread workers); then of ``processes``
+   (``max_workers``) only if the threads kept at least 0.8 of a core busy (else the items wait
+   rather than compute, and processes only add cores); then of ``processes x threads``
+   (``max_workers`` processes of 4 threads) only if threads reached 70% of the processes' rate
+   (the items wait as well as compute). A trial lasts ``trial_s`` seconds of delivered batches
+   (at least 4, its first one not counted: start-up) and ends early when it is clearly slower
+   (under half the best rate so far after half its time);
 2. the best rate wins; if the loop was not waiting (``< 10%`` of its time in ``next()``: it is
    consumer-bound), halve its workers (then threads, then ``num_workers=0``) while it keeps up,
    and keep the cheapest in CPU per batch among those within 5% of the best rate;
 3. if the loop still waits ``>= 20%`` with the winner, one trial with twice the read-ahead;
 4. settle, and stay there until the loop's own time per batch changes by more than 2x (then
-   search again), or the memory the loader holds exceeds ``memory_budget`` (then the winner is
-   refused and the search goes on without it).
+   search again), or the memory the loader holds (measured every 64 batches) exceeds
+   ``memory_budget`` (then the winner is refused and the search goes on without it).
 
 A configuration whose predicted memory exceeds the budget is never tried: a worker process is
 predicted at the size measured for one in an earlier trial (before any, at ``worker_bytes``, the
@@ -46,6 +50,9 @@ _KEEPS_UP = 0.10     # the loop waits less than this fraction of its time: consu
 _WAITS = 0.20        # ... at least this: a deeper read-ahead is tried
 _SAME_RATE = 0.95    # rates within 5% of the best are equal (then the least CPU per batch wins)
 _RETUNE = 2.0        # the loop's work per batch changed by more than this factor: search again
+_STEP_FLOOR = 1e-3   # steps shorter than 1 ms count as 1 ms (their jitter is no change of the loop)
+_CPU_BOUND = 0.8     # thread workers using fewer cores than this are not CPU-bound: processes are not tried
+_LATENCY = 0.7       # threads within this of processes' rate: threads inside processes are tried
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,12 +216,16 @@ class Tuner:
         >>> t = Tuner(max_workers=2, memory_budget=2**40, worker_bytes=0, trial_s=1.0)
         >>> t.first().label
         'num_workers=0'
-        >>> use = lambda: Usage(cpu_s=0.0, loader_bytes=0)   # every batch takes 0.1 s; the loop waits
-        >>> asked = [t.observe(BatchTiming(now=0.1 * k, wait_s=0.09, work_s=0.01), use) for k in range(1, 60)]
+        >>> clock = {"now": 0.0}    # a batch every 0.1 s (0.3 s in this process), the loop waits, one core busy
+        >>> use = lambda: Usage(cpu_s=clock["now"], loader_bytes=0)
+        >>> def batch(k):
+        ...     clock["now"] = 0.1 * k
+        ...     return t.observe(BatchTiming(now=clock["now"], wait_s=0.3 if k == 1 else 0.09, work_s=0.01), use)
+        >>> asked = [batch(k) for k in range(1, 80)]
         >>> [c.label for c in asked if c is not None]
-        ['16 threads, prefetch 2', '2 processes, prefetch 2', '2 processes x 4 threads, prefetch 2', '2 processes x 4 threads, prefetch 4', '16 threads, prefetch 2']
-        >>> t.chosen.label, t.report()["switches"]
-        ('16 threads, prefetch 2', 5)
+        ['16 threads, prefetch 2', '2 processes, prefetch 2', '2 processes x 4 threads, prefetch 2', '2 processes x 4 threads, prefetch 4', '2 processes x 4 threads, prefetch 2']
+        >>> t.report()["switches"], len(t.report()["trials"])   # the probe and 4 trials
+        (5, 5)
         >>> Tuner(max_workers=0, memory_budget=1, worker_bytes=0)
         Traceback (most recent call last):
         ValueError: autotune: max_workers must be >= 1 (got 0)
@@ -247,6 +258,8 @@ class Tuner:
         self.chosen, self.reason, self._stage = None, "searching", "executors"
         self._trial, self._start = None, None
         self._probing = True   # one batch in this process first: its size predicts the memory of the others
+        self._open_probe: Optional[Trial] = None
+        self.skipped: dict[str, str] = {}
 
     def _predicted(self, c: Config) -> int:
         procs = c.workers if c.method == "process" else 0
@@ -279,12 +292,20 @@ class Tuner:
 
     def observe(self, timing: BatchTiming, usage: Callable[[], Usage]) -> Optional[Config]:
         self._batch_bytes = max(self._batch_bytes, timing.nbytes)
-        if self._probing:
+        if self._probing:   # the first batch, computed here: a one-batch trial of num_workers=0
             self._probing = False
+            probe = Trial(Config("main"), batches=1, wall_s=timing.wait_s, wait_s=timing.wait_s,
+                          cpu_s=timing.wait_s)   # (at most one core: its CPU is not measured)
+            self.trials.append(probe)
+            self._open_probe = probe
             return self._next_or_settle(None)
+        if self._open_probe is not None and timing.work_s is not None:   # the loop's work after it
+            self._open_probe.work_s = timing.work_s
+            self._open_probe.wall_s += timing.work_s
+            self._open_probe = None
         trial = self._trial
         if trial is None:
-            return self._watch(timing)
+            return self._watch(timing, usage)
         if self._start is None:   # the trial's first batch: start-up is behind it
             self._start = (timing.now, usage().cpu_s)
             return None
@@ -310,8 +331,30 @@ class Tuner:
     def _ok(self) -> list:
         return [t for t in self.trials if t.config not in self.refused]
 
+    def _prune(self, trial: Trial) -> None:
+        """Drop the queued trials that ``trial`` shows cannot win: processes when threads did not
+        keep a core busy (not CPU-bound: processes add cores that nothing waits for), threads inside
+        processes when threads were well behind processes (CPU-bound, not latency-bound)."""
+        cores = trial.cpu_s / trial.wall_s if trial.wall_s > 0 else 0.0
+        if trial.config.method == "thread" and cores < _CPU_BOUND:
+            drop = [c for c in self._queue if c.method == "process"]
+            why = f"threads used {cores:.2f} cores (< {_CPU_BOUND}): the items wait, they do not compute"
+        elif trial.config.method == "process" and trial.config.threads == 1:
+            threads = [t for t in self.trials if t.config.method == "thread"]
+            if threads and threads[0].rate >= _LATENCY * trial.rate:
+                return
+            drop = [c for c in self._queue if c.method == "process" and c.threads > 1]
+            why = "threads were well behind processes (or not tried): the items compute, they do not wait"
+        else:
+            return
+        for c in drop:
+            self._queue.remove(c)
+            self.skipped[c.label] = why
+
     def _next_or_settle(self, trial: Optional[Trial]) -> Optional[Config]:
         """A trial ended (or the probe): the next trial, or settle."""
+        if trial is not None and self._stage == "executors":
+            self._prune(trial)
         if not self._queue and trial is not None:
             self._queue = self._follow_up(trial)
         nxt = self._next_allowed()
@@ -340,13 +383,15 @@ class Tuner:
                 return [smaller]
         if self._stage != "deeper":
             self._stage = "deeper"
-            if best.waiting >= _WAITS and best.config.workers:
-                return [dataclasses.replace(best.config, prefetch=2 * best.config.prefetch)]
+            pool = [t for t in ok if t.config.workers]
+            top = max(pool, key=lambda t: t.rate) if pool else None
+            if top is not None and top.waiting >= _WAITS:
+                return [dataclasses.replace(top.config, prefetch=2 * top.config.prefetch)]
         return []
 
     def _settle(self, last: Optional[Trial]) -> Optional[Config]:
         ok = self._ok()
-        self._trial, self._start, self._work = None, None, []
+        self._trial, self._start, self._work, self._watched = None, None, [], 0
         if not ok:
             self.chosen = Config("main")
             self.reason = "num_workers=0: every other configuration exceeds memory_budget"
@@ -366,19 +411,29 @@ class Tuner:
         self.switches += 1
         return self.chosen
 
-    def _watch(self, timing: BatchTiming) -> Optional[Config]:
-        """Settled: search again when the loop's work per batch changed by more than 2x."""
+    def _watch(self, timing: BatchTiming, usage: Callable[[], Usage]) -> Optional[Config]:
+        """Settled: search again when the loop's work per batch changed by more than 2x, or the
+        memory held exceeds the budget."""
+        self._watched += 1
+        if self._watched % 64 == 0 and self.chosen is not None and self.chosen.workers:
+            held = usage().loader_bytes
+            if held > self.memory_budget:
+                self.refused[self.chosen] = f"measured {held} bytes > memory_budget {self.memory_budget}"
+                self.trials = []
+                self._search()
+                self._probing = False
+                return self._next_or_settle(None)
         if timing.work_s is None:
             return None
         self._work.append(timing.work_s)
         if len(self._work) < 16:
             return None
-        recent = sum(self._work[-16:]) / 16
-        base = max(self._settled_work, 1e-4)
-        if recent > _RETUNE * base or max(recent, 1e-4) < base / _RETUNE:
+        recent = max(sum(self._work[-16:]) / 16, _STEP_FLOOR)
+        base = max(self._settled_work, _STEP_FLOOR)
+        if recent > _RETUNE * base or recent < base / _RETUNE:
             self.trials, self.refused = [], {c: why for c, why in self.refused.items() if why.startswith("measured")}
             self._search()
-            self._probing = False
+            self._probing = False   # (the first search's probe measured the batches' size)
             return self._next_or_settle(None)
         del self._work[:-16]
         return None
@@ -388,7 +443,7 @@ class Tuner:
                 "reason": self.reason, "switches": self.switches,
                 "trying": None if self._trial is None else self._trial.config.label,
                 "trials": [t.as_dict() for t in self.trials],
-                "refused": {c.label: why for c, why in self.refused.items()},
+                "refused": {c.label: why for c, why in self.refused.items()}, "skipped": dict(self.skipped),
                 "memory_budget": self.memory_budget}
 
 

@@ -136,7 +136,7 @@ def test_a_tiny_memory_budget_refuses_every_worker():
     assert set(report["refused"]) == {"16 threads, prefetch 2",
                                       "2 processes, prefetch 2", "2 processes x 4 threads, prefetch 2"}
     assert all(why.startswith("predicted") for why in report["refused"].values())
-    assert report["trials"] == []   # nothing was started
+    assert [t["config"] for t in report["trials"]] == ["num_workers=0"]   # the first batch; no worker started
 
 
 def test_each_switch_is_logged_once(caplog):
@@ -183,13 +183,14 @@ def test_refuses_an_iterable_dataset_and_a_bad_type():
 # -- the policy, fed numbers ------------------------------------------------------------------
 
 
-def feed(tuner, n, per_batch, work, start=0.0, cpu=lambda k: 0.0):
-    """``n`` batches ``per_batch`` seconds apart, the loop working ``work`` of them; the configs asked for."""
+def feed(tuner, n, per_batch, work, start=0.0, cores=1.0):
+    """``n`` batches ``per_batch`` seconds apart, the loop working ``work`` of them, ``cores`` busy;
+    the configurations asked for."""
     asked, now = [], start
     for k in range(n):
         now += per_batch
         c = tuner.observe(BatchTiming(now, per_batch - work, work, nbytes=100),
-                          lambda: Usage(cpu_s=cpu(k), loader_bytes=0))
+                          lambda: Usage(cpu_s=cores * now, loader_bytes=0))
         if c is not None:
             asked.append(c)
     return asked, now
@@ -206,12 +207,19 @@ def test_tuner_tries_executors_then_settles_and_stays_put():
 
 def test_tuner_picks_the_cheapest_that_keeps_a_consumer_bound_loop_fed():
     t = Tuner(max_workers=2, memory_budget=2**40, worker_bytes=0, trial_s=0.1)
-    # the loop works 10 ms per batch and never waits; the CPU grows by 1 s per batch measured
-    asked, _ = feed(t, 400, 0.01, 0.0099, cpu=lambda k: float(k))
+    # the loop works 10 ms per batch and never waits
+    asked, _ = feed(t, 400, 0.01, 0.0099)
     smaller = [c for c in asked if c.workers < 16 and c.method == "thread"] + \
         [c for c in asked if c.method == "main"]
     assert smaller, asked    # it tried fewer threads while the loop kept up
     assert t.chosen is not None and "consumer-bound" in t.reason
+
+
+def test_tuner_skips_processes_when_threads_wait_rather_than_compute():
+    t = Tuner(max_workers=2, memory_budget=2**40, worker_bytes=0, trial_s=0.1)
+    asked, _ = feed(t, 200, 0.01, 0.001, cores=0.1)
+    assert Config("process", 2) not in asked
+    assert "2 processes, prefetch 2" in t.report()["skipped"]
 
 
 def test_tuner_tunes_again_when_the_step_time_changes_2x():
