@@ -152,7 +152,7 @@ def autotune_python(opts: Options) -> list[Row]:
 
 def autotune_parquet(opts: Options) -> list[Row]:
     """The block-shuffled Parquet epoch of ``benchmarks.threads`` (token rows, batch 64)."""
-    files, rows, tokens, window, bs = (20, 256, 512, 4, 64) if opts.quick else (20, 4096, 512, 4, 64)
+    files, rows, tokens, window, bs = (20, 256, 512, 4, 64) if opts.quick else (48, 4096, 512, 4, 64)
     tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
     try:
         folder = os.path.join(tmp, "tokens")

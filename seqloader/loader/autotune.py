@@ -279,10 +279,10 @@ class TunedIterator(MapIterator):
         self._returned: Optional[float] = None
 
     def __next__(self) -> Any:
+        start = time.perf_counter()   # a switch is part of the loop's wait for this batch
         if self._pending is not None:
             config, self._pending = self._pending, None
             self._switch(config)
-        start = time.perf_counter()
         batch = super().__next__()
         now = time.perf_counter()
         work = None if self._returned is None else start - self._returned

@@ -22,7 +22,8 @@ tested by feeding it numbers. The search, in order:
    (the items wait as well as compute). A trial lasts ``trial_s`` seconds of delivered batches
    (at least 4, its first one not counted: start-up) and ends early when it is clearly slower
    (under half the best rate so far after half its time);
-2. the best rate wins; if the loop was not waiting (``< 10%`` of its time in ``next()``: it is
+2. ``num_workers=0`` gets a full trial if its first batch came at half the best rate or more;
+   the best rate wins; if the loop was not waiting (``< 10%`` of its time in ``next()``: it is
    consumer-bound), halve its workers (then threads, then ``num_workers=0``) while it keeps up,
    and keep the cheapest in CPU per batch among those within 5% of the best rate;
 3. if the loop still waits ``>= 20%`` with the winner, one trial with twice the read-ahead;
@@ -50,6 +51,7 @@ _KEEPS_UP = 0.10     # the loop waits less than this fraction of its time: consu
 _WAITS = 0.20        # ... at least this: a deeper read-ahead is tried
 _SAME_RATE = 0.95    # rates within 5% of the best are equal (then the least CPU per batch wins)
 _RETUNE = 2.0        # the loop's work per batch changed by more than this factor: search again
+_WINDOW = 32         # the loop's step is the median of its last 32 (a preempted step is no change)
 _STEP_FLOOR = 1e-3   # steps shorter than 1 ms count as 1 ms (their jitter is no change of the loop)
 _CPU_BOUND = 0.8     # thread workers using fewer cores than this are not CPU-bound: processes are not tried
 _LATENCY = 0.7       # threads within this of processes' rate: threads inside processes are tried
@@ -231,7 +233,7 @@ class Tuner:
         ValueError: autotune: max_workers must be >= 1 (got 0)
     """
 
-    def __init__(self, max_workers: int, memory_budget: int, worker_bytes: int, trial_s: float = 0.5):
+    def __init__(self, max_workers: int, memory_budget: int, worker_bytes: int, trial_s: float = 0.3):
         if max_workers < 1:
             raise ValueError(f"autotune: max_workers must be >= 1 (got {max_workers})")
         self.max_workers, self.memory_budget, self.trial_s = max_workers, memory_budget, trial_s
@@ -373,6 +375,10 @@ class Tuner:
         best = max(ok, key=lambda t: t.rate)
         if self._stage == "executors":
             self._stage = "smaller"
+            probe = next((t for t in ok if t.config.method == "main" and t.batches == 1), None)
+            if probe is not None and probe.rate >= 0.5 * best.rate:   # this process may do: a real trial
+                self.trials.remove(probe)
+                return [Config("main")]
             smaller = _smaller(best.config) if best.waiting < _KEEPS_UP else None
             if smaller is not None:
                 return [smaller]
@@ -401,7 +407,7 @@ class Tuner:
             pick = min(same, key=lambda t: t.cpu_per_batch)
             bound = "consumer-bound" if pick.waiting < _KEEPS_UP else "input-bound"
             self.chosen = pick.config
-            self._settled_work = sum(t.work_s for t in same) / max(1, sum(t.batches for t in same))
+            self._settled_work = pick.work_s / max(1, pick.batches)
             self.reason = (f"{pick.config.label}: {pick.rate:.1f} batches/s ({bound}: the loop waits "
                            f"{pick.waiting:.0%} of its time), {pick.cpu_per_batch * 1e3:.1f} ms CPU per batch, the "
                            f"least of {len(same)} within 5% of the best rate ({top:.1f}/s)")
@@ -426,16 +432,16 @@ class Tuner:
         if timing.work_s is None:
             return None
         self._work.append(timing.work_s)
-        if len(self._work) < 16:
+        if len(self._work) < _WINDOW:
             return None
-        recent = max(sum(self._work[-16:]) / 16, _STEP_FLOOR)
+        recent = max(sorted(self._work[-_WINDOW:])[_WINDOW // 2], _STEP_FLOOR)   # the median: a hiccup is no change
         base = max(self._settled_work, _STEP_FLOOR)
         if recent > _RETUNE * base or recent < base / _RETUNE:
             self.trials, self.refused = [], {c: why for c, why in self.refused.items() if why.startswith("measured")}
             self._search()
             self._probing = False   # (the first search's probe measured the batches' size)
             return self._next_or_settle(None)
-        del self._work[:-16]
+        del self._work[:-_WINDOW]
         return None
 
     def report(self) -> dict:
