@@ -225,9 +225,9 @@ class Tuner:
         ...     return t.observe(BatchTiming(now=clock["now"], wait_s=0.3 if k == 1 else 0.09, work_s=0.01), use)
         >>> asked = [batch(k) for k in range(1, 80)]
         >>> [c.label for c in asked if c is not None]
-        ['16 threads, prefetch 2', '2 processes, prefetch 2', '2 processes x 4 threads, prefetch 2', '2 processes x 4 threads, prefetch 4', '2 processes x 4 threads, prefetch 2']
-        >>> t.report()["switches"], len(t.report()["trials"])   # the probe and 4 trials
-        (5, 5)
+        ['16 threads, prefetch 2', '2 processes, prefetch 2', '2 processes x 4 threads, prefetch 2', 'num_workers=0', '2 processes x 4 threads, prefetch 4']
+        >>> t.report()["switches"], t.report()["trying"]
+        (5, '2 processes x 4 threads, prefetch 4')
         >>> Tuner(max_workers=0, memory_budget=1, worker_bytes=0)
         Traceback (most recent call last):
         ValueError: autotune: max_workers must be >= 1 (got 0)
@@ -248,7 +248,7 @@ class Tuner:
         self._trial: Optional[Trial] = None
         self._start: Optional[tuple[float, float]] = None   # (time, cpu_s) of the current trial's first batch
         self._work: list[float] = []                        # the loop's work per batch since settling
-        self._settled_work = 0.0
+        self._settled_work = self._interval = 0.0
         self._search()
 
     # -- the search ---------------------------------------------------------------------------
@@ -316,8 +316,10 @@ class Tuner:
         trial.work_s += timing.work_s or 0.0
         trial.wall_s = timing.now - self._start[0]
         best = max((t.rate for t in self.trials), default=0.0)
-        slow = trial.wall_s >= 0.5 * self.trial_s and trial.rate < 0.5 * best
-        if not slow and (trial.wall_s < self.trial_s or trial.batches < 4):
+        # workers deliver in bursts (each computes a whole batch): a trial spans two rounds of them
+        rounds = trial.config.workers * trial.config.threads
+        slow = trial.wall_s >= 0.5 * self.trial_s and trial.batches > rounds and trial.rate < 0.5 * best
+        if not slow and (trial.wall_s < self.trial_s or trial.batches < max(4, 2 * rounds)):
             return None
         trial.cut_short = slow
         used = usage()
@@ -376,7 +378,8 @@ class Tuner:
         if self._stage == "executors":
             self._stage = "smaller"
             probe = next((t for t in ok if t.config.method == "main" and t.batches == 1), None)
-            if probe is not None and probe.rate >= 0.5 * best.rate:   # this process may do: a real trial
+            computes = any(t.config.method == "thread" and t.cpu_s >= _CPU_BOUND * t.wall_s for t in ok)
+            if probe is not None and (computes or probe.rate >= 0.5 * best.rate):   # this process may do
                 self.trials.remove(probe)
                 return [Config("main")]
             smaller = _smaller(best.config) if best.waiting < _KEEPS_UP else None
@@ -405,9 +408,13 @@ class Tuner:
             top = max(t.rate for t in ok)
             same = [t for t in ok if t.rate >= _SAME_RATE * top]
             pick = min(same, key=lambda t: t.cpu_per_batch)
+            stay = next((t for t in same if last is not None and t.config == last.config), None)
+            if stay is not None and stay.cpu_per_batch <= 1.25 * pick.cpu_per_batch:
+                pick = stay   # a switch drops the batches in flight: not for a few percent
             bound = "consumer-bound" if pick.waiting < _KEEPS_UP else "input-bound"
             self.chosen = pick.config
             self._settled_work = pick.work_s / max(1, pick.batches)
+            self._interval = 1 / pick.rate if pick.rate > 0 else 0.0
             self.reason = (f"{pick.config.label}: {pick.rate:.1f} batches/s ({bound}: the loop waits "
                            f"{pick.waiting:.0%} of its time), {pick.cpu_per_batch * 1e3:.1f} ms CPU per batch, the "
                            f"least of {len(same)} within 5% of the best rate ({top:.1f}/s)")
@@ -434,8 +441,10 @@ class Tuner:
         self._work.append(timing.work_s)
         if len(self._work) < _WINDOW:
             return None
-        recent = max(sorted(self._work[-_WINDOW:])[_WINDOW // 2], _STEP_FLOOR)   # the median: a hiccup is no change
-        base = max(self._settled_work, _STEP_FLOOR)
+        # the median (a hiccup is no change), and steps far shorter than a batch's interval are all alike
+        floor = max(_STEP_FLOOR, 0.5 * self._interval)
+        recent = max(sorted(self._work[-_WINDOW:])[_WINDOW // 2], floor)
+        base = max(self._settled_work, floor)
         if recent > _RETUNE * base or recent < base / _RETUNE:
             self.trials, self.refused = [], {c: why for c, why in self.refused.items() if why.startswith("measured")}
             self._search()
