@@ -15,9 +15,10 @@ tested by feeding it numbers. The search, in order:
 0. the first batch is computed in this process: a one-batch trial of ``num_workers=0`` (its
    time and the loop's work after it), and its size predicts the memory of the batches in
    flight before any worker holds one;
-1. a trial of ``threads`` (``8 * max_workers`` thread workers); then of ``processes``
-   (``max_workers``) only if the threads kept at least 0.8 of a core busy (else the items wait
-   rather than compute, and processes only add cores); then of ``processes x threads``
+1. a trial of ``threads`` (``8 * max_workers`` thread workers); then, only if the threads kept
+   at least 0.8 of a core busy (else the items wait rather than compute, and processes only add
+   cores), of ``max_workers`` threads (fewer turns on the GIL) and of ``processes``
+   (``max_workers``); then of ``processes x threads``
    (``max_workers`` processes of 4 threads) only if threads reached 70% of the processes' rate
    (the items wait as well as compute). A trial lasts ``trial_s`` seconds of delivered batches
    (at least 4, its first one not counted: start-up) and ends early when it is clearly slower
@@ -26,7 +27,9 @@ tested by feeding it numbers. The search, in order:
    the best rate wins; if the loop was not waiting (``< 10%`` of its time in ``next()``: it is
    consumer-bound), halve its workers (then threads, then ``num_workers=0``) while it keeps up,
    and keep the cheapest in CPU per batch among those within 5% of the best rate;
-3. if the loop still waits ``>= 20%`` with the winner, one trial with twice the read-ahead;
+3. if the loop still waits 20-50% of its time with the winner (fed, but not always: a deeper
+   read-ahead can absorb the jitter; waiting more, the workers are the limit), one trial with
+   twice the read-ahead;
 4. settle, and stay there until the loop's own time per batch changes by more than 2x (then
    search again), or the memory the loader holds (measured every 64 batches) exceeds
    ``memory_budget`` (then the winner is refused and the search goes on without it).
@@ -48,7 +51,8 @@ __all__ = ["BatchTiming", "Config", "Policy", "Schedule", "Trial", "Tuner", "Usa
 THREADS_PER_WORKER = 8
 PROCESS_THREADS = 4
 _KEEPS_UP = 0.10     # the loop waits less than this fraction of its time: consumer-bound
-_WAITS = 0.20        # ... at least this: a deeper read-ahead is tried
+_WAITS = 0.20        # ... at least this (and less than _STARVED): a deeper read-ahead is tried
+_STARVED = 0.50      # the loop waits this much: the workers are the limit, a deeper read-ahead cannot help
 _SAME_RATE = 0.95    # rates within 5% of the best are equal (then the least CPU per batch wins)
 _RETUNE = 2.0        # the loop's work per batch changed by more than this factor: search again
 _WINDOW = 32         # the loop's step is the median of its last 32 (a preempted step is no change)
@@ -218,16 +222,16 @@ class Tuner:
         >>> t = Tuner(max_workers=2, memory_budget=2**40, worker_bytes=0, trial_s=1.0)
         >>> t.first().label
         'num_workers=0'
-        >>> clock = {"now": 0.0}    # a batch every 0.1 s (0.3 s in this process), the loop waits, one core busy
+        >>> clock = {"now": 0.0}    # a batch every 0.1 s (0.3 s here), the loop waits 30% of it, one core busy
         >>> use = lambda: Usage(cpu_s=clock["now"], loader_bytes=0)
         >>> def batch(k):
         ...     clock["now"] = 0.1 * k
-        ...     return t.observe(BatchTiming(now=clock["now"], wait_s=0.3 if k == 1 else 0.09, work_s=0.01), use)
+        ...     return t.observe(BatchTiming(now=clock["now"], wait_s=0.3 if k == 1 else 0.03, work_s=0.07), use)
         >>> asked = [batch(k) for k in range(1, 80)]
         >>> [c.label for c in asked if c is not None]
-        ['16 threads, prefetch 2', '2 processes, prefetch 2', '2 processes x 4 threads, prefetch 2', 'num_workers=0', '2 processes x 4 threads, prefetch 4']
+        ['16 threads, prefetch 2', '2 threads, prefetch 2', '2 processes, prefetch 2', '2 processes x 4 threads, prefetch 2', 'num_workers=0']
         >>> t.report()["switches"], t.report()["trying"]
-        (5, '2 processes x 4 threads, prefetch 4')
+        (5, 'num_workers=0')
         >>> Tuner(max_workers=0, memory_budget=1, worker_bytes=0)
         Traceback (most recent call last):
         ValueError: autotune: max_workers must be >= 1 (got 0)
@@ -340,12 +344,17 @@ class Tuner:
         keep a core busy (not CPU-bound: processes add cores that nothing waits for), threads inside
         processes when threads were well behind processes (CPU-bound, not latency-bound)."""
         cores = trial.cpu_s / trial.wall_s if trial.wall_s > 0 else 0.0
-        if trial.config.method == "thread" and cores < _CPU_BOUND:
+        many = Config("thread", THREADS_PER_WORKER * self.max_workers)
+        if trial.config == many and cores < _CPU_BOUND:
             drop = [c for c in self._queue if c.method == "process"]
             why = f"threads used {cores:.2f} cores (< {_CPU_BOUND}): the items wait, they do not compute"
+        elif trial.config == many:   # they compute: as few threads as cores take fewer turns on the GIL
+            if self.max_workers < many.workers:
+                self._queue.insert(0, Config("thread", self.max_workers))
+            return
         elif trial.config.method == "process" and trial.config.threads == 1:
             threads = [t for t in self.trials if t.config.method == "thread"]
-            if threads and threads[0].rate >= _LATENCY * trial.rate:
+            if threads and max(t.rate for t in threads) >= _LATENCY * trial.rate:
                 return
             drop = [c for c in self._queue if c.method == "process" and c.threads > 1]
             why = "threads were well behind processes (or not tried): the items compute, they do not wait"
@@ -394,7 +403,7 @@ class Tuner:
             self._stage = "deeper"
             pool = [t for t in ok if t.config.workers]
             top = max(pool, key=lambda t: t.rate) if pool else None
-            if top is not None and top.waiting >= _WAITS:
+            if top is not None and _WAITS <= top.waiting < _STARVED:
                 return [dataclasses.replace(top.config, prefetch=2 * top.config.prefetch)]
         return []
 

@@ -113,8 +113,8 @@ def test_measuring_tuner_switches_and_keeps_every_batch():
     assert_batches_equal(got, expected)
     report = dl.stats()["autotune"]
     json.dumps(report)
-    assert report["switches"] >= 1 and report["trials"]
-    assert report["trials"][0]["config"] == "16 threads, prefetch 2"
+    assert report["switches"] >= 1   # (trials are timed: which came next depends on the machine)
+    assert report["log"][0]["from"] == "num_workers=0" and report["log"][0]["to"] == "16 threads, prefetch 2"
     assert dl.stats()["hint"] == report["reason"]
 
 
@@ -199,7 +199,7 @@ def feed(tuner, n, per_batch, work, start=0.0, cores=1.0):
 def test_tuner_tries_executors_then_settles_and_stays_put():
     t = Tuner(max_workers=2, memory_budget=2**40, worker_bytes=0, trial_s=0.1)
     asked, now = feed(t, 200, 0.01, 0.001)
-    assert asked[:3] == [Config("thread", 16), Config("process", 2), Config("process", 2, 4)]
+    assert asked[:4] == [Config("thread", 16), Config("thread", 2), Config("process", 2), Config("process", 2, 4)]
     assert t.chosen is not None and t.report()["trying"] is None
     again, _ = feed(t, 500, 0.01, 0.001, start=now)
     assert again == []   # nothing changed: it stays put
