@@ -16,8 +16,8 @@ tested by feeding it numbers. The search, in order:
    time and the loop's work after it), and its size predicts the memory of the batches in
    flight before any worker holds one;
 1. a trial of ``threads`` (``8 * max_workers`` thread workers); then, only if the threads kept
-   at least 0.8 of a core busy (else the items wait rather than compute, and processes only add
-   cores), of ``max_workers`` threads (fewer turns on the GIL) and of ``processes``
+   at least 0.3 of a core busy (else the items wait rather than compute, and processes only add
+   cores; threads that wait on a lock busy little CPU too, so the bar is low), of ``max_workers`` threads (fewer turns on the GIL) and of ``processes``
    (``max_workers``); then of ``processes x threads``
    (``max_workers`` processes of 4 threads) only if threads reached 70% of the processes' rate
    (the items wait as well as compute). A trial lasts ``trial_s`` seconds of delivered batches
@@ -57,7 +57,7 @@ _SAME_RATE = 0.95    # rates within 5% of the best are equal (then the least CPU
 _RETUNE = 2.0        # the loop's work per batch changed by more than this factor: search again
 _WINDOW = 32         # the loop's step is the median of its last 32 (a preempted step is no change)
 _STEP_FLOOR = 1e-3   # steps shorter than 1 ms count as 1 ms (their jitter is no change of the loop)
-_CPU_BOUND = 0.8     # thread workers using fewer cores than this are not CPU-bound: processes are not tried
+_CPU_BOUND = 0.3     # thread workers using fewer cores than this wait (latency): fewer threads, processes are not tried
 _LATENCY = 0.7       # threads within this of processes' rate: threads inside processes are tried
 
 
