@@ -215,7 +215,7 @@ class Tuning:
     def iterator(self, loader: Any, reading: Any, epochs: Any, workers: Any, stats: Any,
                  reported_len: Optional[int] = None) -> Any:
         """``iter(loader)`` with autotune: a :class:`TunedIterator` over the configuration in force."""
-        view = TunedView(loader, self)
+        view: Any = TunedView(loader, self)   # a Settings whose workers' settings are read-only
         make = functools.partial(TunedIterator, tuning=self, view=view, reading=reading, workers=workers,
                                  epoch_of=lambda: epochs.progress.epoch)
         return new_iterator(view, reading, epochs, workers, stats, reported_len=reported_len, map_iterator=make)
@@ -270,7 +270,7 @@ class TunedIterator(MapIterator):
     shown to the policy; a configuration it asks for is put in force before the next batch.
     """
 
-    def __init__(self, *args: Any, tuning: Tuning, view: TunedView, reading: Any, workers: Any,
+    def __init__(self, *args: Any, tuning: Tuning, view: Any, reading: Any, workers: Any,
                  epoch_of: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._tuning, self._view, self._reading, self._workers = tuning, view, reading, workers
