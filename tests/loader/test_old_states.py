@@ -191,6 +191,8 @@ def test_the_changelog_s_newest_entry_is_this_release():
                     "every release is recorded there, newest first")
     text = CHANGELOG.read_text(encoding="utf-8")
     entries = re.split(r"^## ", text, flags=re.M)[1:]
+    if entries and entries[0].split()[0] == "Unreleased":   # changes made since the release, on top
+        entries = entries[1:]
     assert entries, "CHANGELOG.md has no release entry ('## <version> ...')"
     newest = entries[0].split()[0]
     assert newest == seqloader.__version__, (f"CHANGELOG.md's newest entry is {newest}, but seqloader.__version__ is "
