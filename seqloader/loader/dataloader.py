@@ -209,7 +209,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             ``{"current": {...} or None, "last": {...} or None, "resumes": int, "hint": str or None}``;
             an epoch entry is ``EpochStats.as_dict()`` (``loader/stats.py``: ``wait_s``, ``work_s``,
             ``input_bound``, ``startup_s``, ``workers``, ``stages``, ...). ``hint`` suggests more
-            workers when the loop is input-bound, names slow start-up and the slowest stage.
+            workers when the loop is input-bound, names slow start-up and the slowest stage. With
+            ``autotune``, also ``"autotune"`` (its trials, choice and reason: ``docs/autotune.md``),
+            and ``hint`` is that measured reason.
 
         Example:
             >>> loader = DataLoader(range(8), batch_size=4, seed=0); _ = list(loader)
