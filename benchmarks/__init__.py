@@ -18,15 +18,18 @@ sources, ``benchmarks.packing`` ``seqloader.pack`` against Grain's packing, ``be
 thread workers against worker processes (issue 28; its files and baselines in
 ``benchmarks.threads_data``), and ``benchmarks.common`` what they share. :data:`OPT_IN` holds the workloads that run only when
 named: ``benchmarks.ray``, the Ray executor on a local cluster against the process executor
-(minutes: clusters started, nodes killed)::
+(minutes: clusters started, nodes killed), and ``benchmarks.autotune``, ``autotune=True`` against a
+grid of fixed configurations (issue 38; minutes)::
 
     python -m benchmarks --workloads ray_overhead,ray_scaling,ray_node_loss --markdown
+    python -m benchmarks --workloads autotune_latency,autotune_python,autotune_parquet,autotune_tar --markdown
 """
 
 from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from benchmarks.autotune import AUTOTUNE_WORKLOADS
 from benchmarks.common import Options, Row, format_rows
 from benchmarks.features import FEATURE_WORKLOADS
 from benchmarks.iterable import ITERABLE_WORKLOADS
@@ -44,8 +47,10 @@ __all__ = ["OPT_IN", "Options", "Row", "WORKLOADS", "format_rows", "run"]
 WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
     **PREFETCH_WORKLOADS, **LOADER_WORKLOADS, **ITERABLE_WORKLOADS, **FEATURE_WORKLOADS, **SCALE_WORKLOADS,
     **SOURCE_WORKLOADS, **PACKING_WORKLOADS, **THREADS_WORKLOADS}
-#: Workloads run only when named (``--workloads``), never by default: they start Ray clusters.
-OPT_IN: dict[str, Callable[[Options], list[Row]]] = {**RAY_WORKLOADS}
+#: Workloads run only when named (``--workloads``), never by default: they start Ray clusters
+#: (``benchmarks.ray``), or run a grid of fixed configurations against ``autotune=True``
+#: (``benchmarks.autotune``, minutes).
+OPT_IN: dict[str, Callable[[Options], list[Row]]] = {**RAY_WORKLOADS, **AUTOTUNE_WORKLOADS}
 
 
 def run(names: Iterable[str], opts: Options) -> list[Row]:

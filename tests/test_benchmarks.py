@@ -42,7 +42,8 @@ def test_workloads_are_a_registry_of_row_functions():
                                           "sources_tar", "sources_index", "sources_latency", "packing_padding",
                                           "packing_throughput", "packing_resume", "threads_parquet", "threads_tar",
                                           "threads_memory", "threads_tiny", "threads_latency"]
-    assert list(benchmarks.OPT_IN) == ["ray_overhead", "ray_scaling", "ray_node_loss"]  # only when named
+    assert list(benchmarks.OPT_IN) == ["ray_overhead", "ray_scaling", "ray_node_loss",  # only when named
+                                       "autotune_latency", "autotune_python", "autotune_parquet", "autotune_tar"]
     rows = benchmarks.WORKLOADS["images"](common.Options(quick=True))
     assert [r.loader for r in rows] == ["seqloader", "torch"]
     assert all(r.value > 0 and r.mb_per_s > 0 for r in rows) and rows[0].ratio > 0

@@ -27,6 +27,7 @@ import torch
 import torch.utils.data
 
 from seqloader.loader import world
+from seqloader.loader.autotune import make_tuning
 from seqloader.loader.default_sampler import install_forwarding_sampler
 from seqloader.loader.opening import new_iterator
 from seqloader.loader.progress import EpochControl, Progress
@@ -98,6 +99,14 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         threads_per_worker: with ``"multiprocessing"``, batches each worker process computes at
             once in its own threads ("threads inside processes": decoding scales inside each
             process while the training process only receives); ``1`` (default): one.
+        autotune: ``True``: measure the batches as they are produced and choose the executor,
+            the workers, their threads and the read-ahead, switching at batch boundaries; the
+            batches, their order and the state stay those of ``autotune=False``.
+            ``num_workers`` is then the most worker processes it may use (``0``: the cores);
+            ``worker_method`` and ``threads_per_worker`` stay at their defaults. What it chose and
+            why: ``stats()["autotune"]``; see ``docs/autotune.md``.
+        memory_budget: with ``autotune``, the bytes its workers may hold (measured as PSS);
+            ``None``: half the memory available when the loader is built.
 
     Raises:
         ValueError, TypeError: as torch for bad argument combinations; a bad ``seed`` or restarts.
@@ -123,7 +132,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  pin_memory_device: str = "", in_order: bool = True, snapshot_every_n_steps: Optional[int] = 1,
                  seed: Optional[int] = None, max_worker_restarts: int = 0,
                  batch_size_schedule: Optional[Sequence[Any]] = None, profile_stages: bool = False,
-                 worker_method: str | ExecutorOptions = "multiprocessing", threads_per_worker: int = 1):
+                 worker_method: str | ExecutorOptions = "multiprocessing", threads_per_worker: int = 1,
+                 autotune: Any = False, memory_budget: Optional[int] = None):
         # seqloader's own attributes come first: Lightning records what is set after torch's
         # __init__ and replays it on the loader it rebuilds (with its DistributedSampler).
         self.shuffle = shuffle
@@ -138,9 +148,11 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         if not isinstance(profile_stages, bool):
             raise TypeError(f"DataLoader: profile_stages must be a bool (got {type(profile_stages).__name__})")
         self.profile_stages = profile_stages
+        self.autotune, self.memory_budget = autotune, memory_budget
+        iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+        self._tuning = make_tuning(autotune, memory_budget, num_workers, self.executor, iterable, in_order)
         # The parts (one concept each): what is read beyond torch's attributes, where the loader
         # stands (and which epoch), who computes the batches, where the time goes.
-        iterable = isinstance(dataset, torch.utils.data.IterableDataset)
         progress = Progress(max(1, num_workers), carry=persistent_workers or num_workers == 0) if iterable else Progress()
         self._reading = Reading(iterable, sampler, batch_sampler, batch_size, batch_size_schedule, num_workers, progress,
                                 seed_world=world.current_world()[1] if seed is None else None)
@@ -174,6 +186,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             self.check_worker_number_rationality()
         if not self._reading.iterable and self._reading.builtin:
             world.check_seed_is_shared(self._reading.seed_world)
+        if self._tuning is not None:
+            return self._tuning.iterator(self, self._reading, self._epochs, self._workers, self._stats)
         return new_iterator(self, self._reading, self._epochs, self._workers, self._stats,
                             reported_len=getattr(self, "_IterableDataset_len_called", None))
 
@@ -195,14 +209,20 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             ``{"current": {...} or None, "last": {...} or None, "resumes": int, "hint": str or None}``;
             an epoch entry is ``EpochStats.as_dict()`` (``loader/stats.py``: ``wait_s``, ``work_s``,
             ``input_bound``, ``startup_s``, ``workers``, ``stages``, ...). ``hint`` suggests more
-            workers when the loop is input-bound, names slow start-up and the slowest stage.
+            workers when the loop is input-bound, names slow start-up and the slowest stage. With
+            ``autotune``, also ``"autotune"`` (its trials, choice and reason: ``docs/autotune.md``),
+            and ``hint`` is that measured reason.
 
         Example:
             >>> loader = DataLoader(range(8), batch_size=4, seed=0); _ = list(loader)
             >>> s = loader.stats(); s["current"]["batches"], 0 <= s["current"]["input_bound"] <= 1
             (2, True)
         """
-        return self._stats.report(self.num_workers, os.cpu_count(), self.persistent_workers, dataset=self.dataset)
+        out = self._stats.report(self.num_workers, os.cpu_count(), self.persistent_workers, dataset=self.dataset)
+        if self._tuning is not None:  # measured, not guessed: the tuner's choice and its reason
+            out["autotune"] = self._tuning.report()
+            out["hint"] = out["autotune"]["reason"]
+        return out
 
     def log_stats(self, every_s: Optional[float]) -> None:
         """Log a line on the ``seqloader.stats`` logger (INFO) at most every ``every_s`` seconds

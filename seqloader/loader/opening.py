@@ -155,9 +155,10 @@ def open_stream_epoch(loader: Settings, derivation: int, progress: Progress, wor
 
 
 def new_iterator(loader: Settings, reading: Reading, epochs: EpochControl, workers: Workers, stats: LoaderStats,
-                 reported_len: Optional[int] = None) -> Any:
+                 reported_len: Optional[int] = None, map_iterator: Callable[..., MapIterator] = MapIterator) -> Any:
     """``iter(loader)`` after its checks: the progress begins (a loaded state resumes, or the next
-    epoch starts), the epoch opens (workers start), and its iterator is returned; ``loader`` is the
+    epoch starts), the epoch opens (workers start), and its iterator is returned (a map-style one
+    made by ``map_iterator``: ``autotune``'s switches configurations); ``loader`` is the
     iterator's owner (kept alive with it: the loader's finalizer closes persistent workers).
     ``reported_len``: ``len(loader)`` of an ``IterableDataset`` loader, if it was read (torch's
     ``_IterableDataset_len_called``): yielding more batches than that warns, in torch's words."""
@@ -173,7 +174,7 @@ def new_iterator(loader: Settings, reading: Reading, epochs: EpochControl, worke
                                                                                    loader.num_workers))
     else:
         epochs.look()
-        it = MapIterator(open_map_epoch(loader, reading, progress, workers, stats), progress, generation, stats, device,
+        it = map_iterator(open_map_epoch(loader, reading, progress, workers, stats), progress, generation, stats, device,
                          loader.timeout, window, reopen=Reopen(loader, reading, epochs, workers, stats), owner=loader)
     stats.opened()  # what iter() took (worker start-up) is its own line: startup_s
     return it

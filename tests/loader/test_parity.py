@@ -133,7 +133,7 @@ def test_every_constructor_argument_is_an_attribute():
                   if p != "self"]
     assert params == ref_params + ["snapshot_every_n_steps", "seed", "max_worker_restarts",
                                    "batch_size_schedule", "profile_stages", "worker_method",
-                                   "threads_per_worker"]  # torchdata's, then ours (worker_method: torch's development branch)
+                                   "threads_per_worker", "autotune", "memory_budget"]  # torchdata's, then ours (worker_method: torch's development branch)
     kwargs = {p: getattr(loader, p) for p in params}
     kwargs["sampler"] = kwargs["batch_sampler"] = None  # torch's defaults, rebuilt from shuffle
     rebuilt = DataLoader(**kwargs)

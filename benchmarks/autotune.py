@@ -1,0 +1,198 @@
+"""``DataLoader(autotune=True)`` against a grid of fixed configurations, torch's default and Grain's (issue 38).
+
+Four workloads, each a whole epoch read as fast as the loop can (the loop does nothing else),
+from building the loader to its last batch, in one process, one after the other:
+
+* ``autotune_latency``: items that wait 10-20 ms (a remote read), batch 32;
+* ``autotune_python``: items of ~0.3 ms of pure Python (the GIL held), batch 64
+  (``benchmarks.threads_data.PythonItems``);
+* ``autotune_parquet``: the block-shuffled Parquet epoch of ``benchmarks.threads``
+  (``parquet(columnar=True)``, ``BlockShuffleSampler(window=4)``, batch 64);
+* ``autotune_tar``: tar shards of 160x160 JPEGs decoded with PIL (``tar_shards``,
+  ``BlockShuffleSampler(window=2)``), batch 64.
+
+Every workload runs the same grid of :data:`GRID` fixed configurations (at most 2 worker
+processes, as ``autotune`` with ``num_workers=2``: the machine's cores), ``autotune=True``
+(``num_workers=2``: at most 2 processes, 16 thread workers), and torch's ``DataLoader`` with
+``num_workers=2`` (what a user writes). ``ratio`` is each row's samples/s over the best fixed
+configuration of the grid (the goal for autotune: >= 0.9); the worst row of the grid is what a
+wrong guess costs. A fixed configuration that has not finished after ``limit`` seconds is stopped
+and its epoch extrapolated from the batches it delivered (the notes say so). *peak PSS* is the
+process tree's proportional set size above what it was before the loader was built, sampled
+every 50 ms (psutil, a benchmark-only dependency), against autotune's ``memory_budget`` (half the
+memory available). Grain is not installed here, so Grain's default (its RAM heuristic:
+workers = RAM budget / element size) is reported as not measured.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, default_convert
+
+import seqloader
+from benchmarks.common import Options, Row
+from benchmarks.threads_data import (PssSampler, PythonItems, RowIndex, cache_blocks, decode_jpeg,
+                                     write_jpeg_shards, write_token_files)
+
+__all__ = ["AUTOTUNE_WORKLOADS", "GRID", "JitteryItems"]
+
+#: (label, num_workers, worker_method, threads_per_worker): the fixed configurations of the grid.
+GRID = [("0 workers", 0, "multiprocessing", 1), ("1 process", 1, "multiprocessing", 1),
+        ("2 processes", 2, "multiprocessing", 1), ("2 threads", 2, "thread", 1),
+        ("16 threads", 16, "thread", 1), ("2 processes x 4 threads", 2, "multiprocessing", 4)]
+
+
+class JitteryItems:
+    """Item ``i`` waits 10-20 ms (a remote read's latency), then is a small tensor."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        time.sleep(0.010 + 0.001 * (i * 7919 % 11))
+        return torch.full((16,), i, dtype=torch.int64)
+
+
+def _timed(make: Callable[[], Any], n_batches: int, limit: float) -> tuple[float, bool, int, Any]:
+    """``(seconds for the epoch, extrapolated?, peak PSS above the start, the loader)``: build the
+    loader with ``make()`` and read it to its end, or for ``limit`` seconds and extrapolate."""
+    with PssSampler() as pss:
+        base = pss.peak
+        t0 = time.perf_counter()
+        made = make()
+        it = iter(made)
+        done, cut = 0, False
+        for _ in it:
+            done += 1
+            if time.perf_counter() - t0 > limit and done < n_batches:
+                cut = True
+                break
+        seconds = time.perf_counter() - t0
+        del it
+    if cut:
+        seconds *= n_batches / done
+    return seconds, cut, max(0, pss.peak - base), made
+
+
+def _fixed(data: Any, sampler: Callable[[], Any], bs: int, w: int, method: str, threads: int, **kw: Any) -> Any:
+    extra: dict[str, Any] = {} if w == 0 else {"worker_method": method}
+    if threads > 1:
+        extra["threads_per_worker"] = threads
+    return seqloader.DataLoader(data, batch_size=bs, sampler=sampler(), num_workers=w, seed=0, **extra, **kw)
+
+
+def _compare(workload: str, what: str, n: int, bs: int, make_data: Callable[[str, int, str, int], Any],
+             sampler: Callable[[Any], Any], limit: float, torch_data: Any = None, **kw: Any) -> list[Row]:
+    """Run the grid, autotune and torch's default on one workload; rows with ratios over the grid's best."""
+    batches = -(-n // bs)
+    results: dict[str, tuple[float, bool, int]] = {}
+    for label, w, method, threads in GRID:
+        data = make_data(label, w, method, threads)
+        s, cut, mem, _ = _timed(lambda: _fixed(data, lambda: sampler(data), bs, w, method, threads, **kw), batches,
+                                limit)
+        results[label] = (s, cut, mem)
+    data = make_data("autotune", 16, "thread", 1)
+    s, cut, mem, tuned = _timed(lambda: seqloader.DataLoader(data, batch_size=bs, sampler=sampler(data), num_workers=2,
+                                                             seed=0, autotune=True, **kw), batches, float("inf"))
+    report = tuned.stats()["autotune"]
+    tdata = torch_data if torch_data is not None else data
+    ts, tcut, tmem, _ = _timed(lambda: DataLoader(tdata, batch_size=bs, sampler=sampler(tdata), num_workers=2, **kw),
+                               batches, limit)
+    best_label = min(results, key=lambda k: results[k][0])
+    worst_label = max(results, key=lambda k: results[k][0])
+    best = results[best_label][0]
+
+    def row(label: str, seconds: float, cut: bool, mem: int, notes: str, workers: int = 2) -> Row:
+        extra = "; extrapolated from its first batches" if cut else ""
+        return Row(workload, label, workers, n / seconds, "samples/s", ratio=best / seconds,
+                   notes=f"{notes}{extra}; peak PSS +{mem / 2**20:.0f} MiB")
+
+    budget = report["memory_budget"]
+    trials = ", ".join(f"{t['config']} {t['batches_per_s']:.0f}/s" for t in report["trials"])
+    out = [row("seqloader autotune=True (tuning included)", s, cut, mem,
+               f"chose {report['chosen'] or report['current']}; trials: {trials}; {report['switches']} switches; "
+               f"memory_budget {budget / 2**30:.1f} GiB, its own peak measure +{report['peak_bytes'] / 2**20:.0f} MiB"
+               f"{' (within)' if mem <= budget else ' (EXCEEDED)'}")]
+    for label, _, _, _ in GRID:
+        s_, c_, m_ = results[label]
+        tag = " (the grid's best)" if label == best_label else (" (the grid's worst)" if label == worst_label else "")
+        out.append(row(f"fixed: {label}{tag}", s_, c_, m_, what if label == best_label else "fixed configuration"))
+    out.append(row("torch DataLoader(num_workers=2) (torch's default as users write it)", ts, tcut, tmem,
+                   "torch's own loader"))
+    out.append(Row(workload, "Grain default (RAM heuristic)", 0, float("nan"), "samples/s",
+                   notes="not measured: grain is not installed in this environment"))
+    return out
+
+
+def autotune_latency(opts: Options) -> list[Row]:
+    """Items that wait 10-20 ms: threads win, processes lose."""
+    n, bs = (1_280, 32) if opts.quick else (12_800, 32)
+    data = JitteryItems(n)
+    return _compare("autotune_latency", f"{n:,} items of 10-20 ms, batch {bs}", n, bs, lambda *a: data,
+                    lambda d: None, limit=6.0 if opts.quick else 20.0)
+
+
+def autotune_python(opts: Options) -> list[Row]:
+    """Items of ~0.3 ms of pure Python: processes win, threads take turns on the GIL."""
+    n, bs = (6_400, 64) if opts.quick else (48_000, 64)
+    data = PythonItems(n)
+    return _compare("autotune_python", f"{n:,} items of ~0.3 ms of pure Python, batch {bs}", n, bs, lambda *a: data,
+                    lambda d: None, limit=6.0 if opts.quick else 20.0)
+
+
+def autotune_parquet(opts: Options) -> list[Row]:
+    """The block-shuffled Parquet epoch of ``benchmarks.threads`` (token rows, batch 64)."""
+    files, rows, tokens, window, bs = (20, 256, 512, 4, 64) if opts.quick else (48, 4096, 512, 4, 64)
+    tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
+    try:
+        folder = os.path.join(tmp, "tokens")
+        write_token_files(folder, files, rows, tokens)
+
+        def make(label: str, w: int, method: str, threads: int) -> Any:
+            # a fixed configuration gets the arena its executor needs; autotune the largest (all files)
+            cache = files if label == "autotune" else min(files, cache_blocks(window, w, method, threads))
+            return seqloader.parquet(folder, columnar=True, cache_blocks=cache)
+
+        return _compare("autotune_parquet", f"{files} files x {rows:,} rows x {tokens} tokens, window {window}, "
+                        f"batch {bs}", files * rows, bs, make,
+                        lambda d: seqloader.BlockShuffleSampler(d, window=window, seed=0),
+                        limit=6.0 if opts.quick else 20.0, collate_fn=default_convert,
+                        torch_data=RowIndex(sorted(os.path.join(folder, f) for f in os.listdir(folder)), window))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def autotune_tar(opts: Options) -> list[Row]:
+    """Tar shards of JPEGs decoded with PIL (decoding releases the GIL in part)."""
+    shards, per, side, bs = (4, 64, 160, 64) if opts.quick else (16, 500, 160, 64)
+    tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
+    try:
+        folder = os.path.join(tmp, "shards")
+        write_jpeg_shards(folder, shards, per, side)
+        src = seqloader.tar_shards(folder, transform=decode_jpeg)
+        ends = np.cumsum([per] * shards)
+        return _compare("autotune_tar", f"{shards} shards x {per} JPEGs {side}x{side}, PIL decode, batch {bs}",
+                        shards * per, bs, lambda *a: src,
+                        lambda d: seqloader.BlockShuffleSampler(d, blocks=ends, window=2, seed=0, lanes=2, chunk=bs),
+                        limit=6.0 if opts.quick else 20.0)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+#: Workload name -> function(Options) -> rows.
+AUTOTUNE_WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
+    "autotune_latency": autotune_latency,
+    "autotune_python": autotune_python,
+    "autotune_parquet": autotune_parquet,
+    "autotune_tar": autotune_tar,
+}

@@ -1,0 +1,324 @@
+"""L3, the mechanism of ``DataLoader(autotune=True)``: switch configurations at batch boundaries.
+
+A batch does not depend on what computes it, and a loader's progress is a position, so a switch
+is a seek: at a batch boundary, the iterator (:class:`TunedIterator`) closes its current workers
+(bounded, as at an epoch's end: the batches they computed ahead are dropped, never delivered)
+and opens the epoch again from the position the user has consumed, as ``load_state_dict`` resumes
+one, with the next configuration. No batch is delivered twice or skipped, and ``state_dict()`` is
+the one of a fixed loader: the progress is the only state, and it never sees a switch.
+
+:class:`Tuning` is the loader's one part for it: the policy (``loader/autotune_policy.py``:
+:class:`~seqloader.loader.autotune_policy.Tuner`, or a test's
+:class:`~seqloader.loader.autotune_policy.Schedule`), the configuration in force, the
+measurements (``loader/autotune_usage.py``) and the report of ``stats()["autotune"]``. It lends
+the loader's other parts a :class:`TunedView`: the loader's settings with ``num_workers``,
+``executor`` and ``prefetch_factor`` of the configuration in force, so that opening an epoch,
+reopening it after ``set_epoch`` and starting workers read one configuration. Each switch is
+logged once (``seqloader.autotune``, INFO).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import random
+import time
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from seqloader.errors import check_int
+from seqloader.loader.autotune_policy import BatchTiming, Config, Policy, Tuner
+from seqloader.loader.autotune_usage import ProcessTree, check_proc, default_memory_budget
+from seqloader.loader.epoch import MapIterator
+from seqloader.loader.global_rngs import Snapshot, numpy_state
+from seqloader.loader.opening import new_iterator, open_map_epoch
+from seqloader.loader.progress import NONE
+from seqloader.loader.seeding import seed_globals
+from seqloader.prefetcher.options import ExecutorOptions, ProcessWorkers, ThreadWorkers
+
+__all__ = ["TunedIterator", "TunedView", "Tuning", "batch_bytes", "computed_watching", "make_tuning"]
+
+_log = logging.getLogger("seqloader.autotune")
+
+
+def batch_bytes(batch: Any, depth: int = 4) -> int:
+    """The bytes of a batch's tensors, arrays and bytes (containers walked ``depth`` levels).
+
+    Example:
+        >>> batch_bytes({"x": torch.zeros(4, dtype=torch.int32), "y": [b"ab", np.zeros(2)]}), batch_bytes(3)
+        (34, 0)
+    """
+    if isinstance(batch, torch.Tensor):
+        return batch.element_size() * batch.nelement()
+    if isinstance(batch, np.ndarray):
+        return int(batch.nbytes)
+    if isinstance(batch, (bytes, bytearray)):
+        return len(batch)
+    if depth == 0:
+        return 0
+    if isinstance(batch, dict):
+        return sum(batch_bytes(v, depth - 1) for v in batch.values())
+    if isinstance(batch, (list, tuple)):
+        return sum(batch_bytes(v, depth - 1) for v in batch)
+    return 0
+
+
+def _globals() -> tuple:
+    return random.getstate(), numpy_state(), torch.get_rng_state()
+
+
+def computed_watching(seq: Any, b: int, seed: int, epoch: int, derivation: int) -> tuple[Any, bool]:
+    """Batch ``b`` of an epoch's batches ``seq``, computed in this process, and whether it drew from
+    the global generators (``random``, ``numpy.random``, torch's): their states after the batch
+    are compared with their states right after the batch's seeding. Exact, whatever draws. The
+    caller's states are restored.
+
+    Example:
+        >>> from seqloader.orders.plans import OrderPlan
+        >>> from seqloader.orders.orders import RangeOrder
+        >>> from seqloader.loader.fetch import EpochBatches
+        >>> from seqloader.loader.seeding import DERIVATION
+        >>> plain = EpochBatches(list(range(4)), OrderPlan(RangeOrder(4), 0, 2, False), list, seed=0, epoch=0)
+        >>> computed_watching(plain, 1, 0, 0, DERIVATION)
+        ([2, 3], False)
+        >>> class Noisy:
+        ...     def __len__(self): return 4
+        ...     def __getitem__(self, i): return i + random.random()
+        >>> drawn = EpochBatches(Noisy(), OrderPlan(RangeOrder(4), 0, 2, False), list, seed=0, epoch=0)
+        >>> computed_watching(drawn, 1, 0, 0, DERIVATION)[1]
+        True
+    """
+    snapshot = Snapshot()
+    try:
+        out = seq[b]
+        after = _globals()
+        seed_globals(seed, epoch, seq.key(b), derivation)
+        return out, _differ(after, _globals())
+    finally:
+        snapshot.restore()
+
+
+def _differ(a: tuple, b: tuple) -> bool:
+    return a[0] != b[0] or a[1] != b[1] or not torch.equal(a[2], b[2])
+
+
+def make_tuning(autotune: Any, memory_budget: Any, num_workers: int, executor: ExecutorOptions,
+                iterable: bool, in_order: bool) -> Optional["Tuning"]:
+    """``DataLoader(autotune=, memory_budget=)`` checked against the other arguments: ``None``
+    (off), or the loader's :class:`Tuning`.
+
+    ``autotune`` is ``True`` (the measuring :class:`~seqloader.loader.autotune_policy.Tuner`,
+    with at most ``num_workers`` worker processes, or the cores at ``num_workers=0``) or a policy
+    object (``first``, ``observe``, ``report``). The tuner chooses the executor, so a
+    ``worker_method`` other than torch's default or ``threads_per_worker`` is refused; so are an
+    ``IterableDataset`` (its streams are ``num_workers``: what it reads) and ``in_order=False``
+    (no fixed order to keep).
+
+    Example:
+        >>> make_tuning(False, None, 2, ProcessWorkers(), False, True) is None
+        True
+        >>> make_tuning(True, 2**30, 2, ThreadWorkers(), False, True)
+        Traceback (most recent call last):
+        ValueError: DataLoader: autotune=True chooses the executor: leave worker_method at its default (got worker_method='thread')
+        >>> make_tuning(False, 2**30, 2, ProcessWorkers(), False, True)
+        Traceback (most recent call last):
+        ValueError: DataLoader: memory_budget applies with autotune=True only (got memory_budget=1073741824 with autotune=False)
+    """
+    if autotune is False or autotune is None:
+        if memory_budget is not None:
+            raise ValueError(f"DataLoader: memory_budget applies with autotune=True only (got "
+                             f"memory_budget={memory_budget!r} with autotune={autotune!r})")
+        return None
+    policy = autotune if autotune is not True and all(hasattr(autotune, m) for m in ("first", "observe", "report")) \
+        else None
+    if autotune is not True and policy is None:
+        raise TypeError(f"DataLoader: autotune must be a bool or a policy with first/observe/report (got "
+                        f"{type(autotune).__name__})")
+    if not isinstance(executor, ProcessWorkers):
+        raise ValueError(f"DataLoader: autotune=True chooses the executor: leave worker_method at its default "
+                         f"(got worker_method={getattr(executor, 'name', executor)!r})")
+    if executor.threads != 1:
+        raise ValueError(f"DataLoader: autotune=True chooses the threads: leave threads_per_worker at 1 (got "
+                         f"{executor.threads})")
+    if iterable:
+        raise ValueError("DataLoader: autotune=True needs a map-style dataset (got an IterableDataset: its "
+                         "streams are num_workers, so the number of workers decides what it reads)")
+    if not in_order:
+        raise ValueError("DataLoader: autotune=True keeps the batches of a fixed loader in their order; "
+                         "in_order=False has no fixed order (got in_order=False)")
+    check_proc()
+    tree = ProcessTree()
+    if policy is not None:
+        if memory_budget is not None:
+            raise ValueError("DataLoader: memory_budget goes to the policy given as autotune=, not beside it")
+        return Tuning(policy, executor.context, tree)
+    budget = default_memory_budget() if memory_budget is None else check_int("DataLoader", "memory_budget",
+                                                                            memory_budget)
+    if budget < 0:
+        raise ValueError(f"DataLoader: memory_budget must be >= 0 bytes (got {budget})")
+    cap = num_workers or len(os.sched_getaffinity(0))
+    return Tuning(Tuner(cap, budget, worker_bytes=tree.own_bytes()), executor.context, tree)
+
+
+class Tuning:
+    """The loader's autotune: its policy, the configuration in force, what it measured.
+
+    Args:
+        policy: decides (:class:`~seqloader.loader.autotune_policy.Tuner` or another policy).
+        context: the start method of worker processes (torch's ``multiprocessing_context``).
+        tree: measures this process and its workers.
+    """
+
+    def __init__(self, policy: Policy, context: Any, tree: ProcessTree):
+        self.policy, self._context, self.tree = policy, context, tree
+        self.config: Config = policy.first()
+        self.switches: list[dict] = []
+        #: whether batches draw from the global generators (``None``: not known yet): threads,
+        #: which share those generators, are tried only when they do not
+        self.draws_globals: Optional[bool] = None
+
+    def checked(self, drew: bool) -> None:
+        """A batch computed here drew from the global generators (``drew``) or not."""
+        if self.draws_globals is None or drew:
+            self.draws_globals = drew
+            if drew and hasattr(self.policy, "no_threads"):
+                self.policy.no_threads("the batches draw from the global random, numpy.random or torch "
+                                       "generators, which threads share (draw from seqloader.rng_map or "
+                                       "torch.thread_safe_generator() to let autotune try threads)")
+
+    def executor(self) -> ExecutorOptions:
+        """The executor of the configuration in force."""
+        if self.config.method == "thread":
+            return ThreadWorkers()
+        return ProcessWorkers(context=self._context, threads=self.config.threads)
+
+    def observe(self, timing: BatchTiming) -> Optional[Config]:
+        """A batch was delivered: the configuration to switch to, or ``None``."""
+        new = self.policy.observe(timing, self.tree.usage)
+        return None if new is None or new == self.config else new
+
+    def set(self, config: Config) -> None:
+        """``config`` is in force from now on; logged once."""
+        why = self.policy.report().get("reason", "")
+        _log.info("seqloader autotune: %s -> %s (%s)", self.config.label, config.label, why)
+        self.switches.append({"from": self.config.label, "to": config.label, "reason": why})
+        self.config = config
+
+    def report(self) -> dict:
+        """``stats()["autotune"]``: the policy's report, the configuration in force and the memory held."""
+        return {**self.policy.report(), "current": self.config.label, "current_config": self.config.as_dict(),
+                "peak_bytes": self.tree.peak_bytes, "log": list(self.switches[-20:])}
+
+    def iterator(self, loader: Any, reading: Any, epochs: Any, workers: Any, stats: Any,
+                 reported_len: Optional[int] = None) -> Any:
+        """``iter(loader)`` with autotune: a :class:`TunedIterator` over the configuration in force."""
+        view: Any = TunedView(loader, self)   # a Settings whose workers' settings are read-only
+        make = functools.partial(TunedIterator, tuning=self, view=view, reading=reading, workers=workers,
+                                 epoch_of=lambda: epochs.progress.epoch)
+        return new_iterator(view, reading, epochs, workers, stats, reported_len=reported_len, map_iterator=make)
+
+
+class TunedView:
+    """A loader's settings, with the workers' ones (``num_workers``, ``executor``,
+    ``worker_method``, ``threads_per_worker``, ``prefetch_factor``) of the configuration in force.
+
+    Example:
+        >>> class L: num_workers, seed = 4, 7
+        >>> class T:
+        ...     config = Config("thread", 16)
+        ...     def executor(self): return ThreadWorkers()
+        >>> v = TunedView(L(), T())
+        >>> v.num_workers, v.worker_method, v.seed, v.prefetch_factor
+        (16, 'thread', 7, 2)
+    """
+
+    def __init__(self, loader: Any, tuning: Any):
+        self._loader, self._tuning = loader, tuning
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    @property
+    def num_workers(self) -> int:
+        return self._tuning.config.workers
+
+    @property
+    def executor(self) -> ExecutorOptions:
+        return self._tuning.executor()
+
+    @property
+    def worker_method(self) -> str:
+        return "thread" if self._tuning.config.method == "thread" else "multiprocessing"
+
+    @property
+    def threads_per_worker(self) -> int:
+        return self._tuning.config.threads
+
+    @property
+    def prefetch_factor(self) -> Optional[int]:
+        c = self._tuning.config
+        return c.prefetch if c.workers else None
+
+
+class TunedIterator(MapIterator):
+    """A map-style epoch whose workers change between batches; see the module docstring.
+
+    Each delivered batch is timed (the wait inside ``next()``, the loop's work before it) and
+    shown to the policy; a configuration it asks for is put in force before the next batch.
+    """
+
+    def __init__(self, *args: Any, tuning: Tuning, view: Any, reading: Any, workers: Any,
+                 epoch_of: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._tuning, self._view, self._reading, self._workers = tuning, view, reading, workers
+        self._epoch_of = epoch_of
+        self._pending: Optional[Config] = None
+        self._returned: Optional[float] = None
+
+    def __next__(self) -> Any:
+        start = time.perf_counter()   # a switch is part of the loop's wait for this batch
+        if self._pending is not None:
+            config, self._pending = self._pending, None
+            self._switch(config)
+        batch = super().__next__()
+        now = time.perf_counter()
+        work = None if self._returned is None else start - self._returned
+        self._returned = now
+        self._pending = self._tuning.observe(BatchTiming(now, now - start, work, batch_bytes(batch)))
+        return batch
+
+    def _read(self) -> tuple[int, Any]:
+        """As the base's; a batch computed here, while it is not known whether batches draw from
+        the global generators, is watched (:func:`computed_watching`)."""
+        opened = self._opened
+        if self._tuning.draws_globals is not None or opened.source is not opened.seq:
+            return super()._read()
+        low = opened.watermark.low
+        try:
+            out, drew = computed_watching(opened.seq, low, self._view.seed, self._epoch_of(),
+                                          self._reading.derivation)
+        except Exception:
+            self._consumed(low)
+            raise
+        self._consumed(low)
+        self._tuning.checked(drew)
+        return low, out
+
+    def _switch(self, config: Config) -> None:
+        """Put ``config`` in force: close the current workers, open the epoch's rest on new ones."""
+        tuning, workers, opened = self._tuning, self._workers, self._opened
+        tuning.set(config)
+        live = opened.source is not opened.seq and not opened.source.closed
+        if live:
+            self._stats.refresh()
+            if workers.is_persistent(opened.source):
+                workers.close()
+            else:
+                opened.source.close()
+        if self._done or self._left == 0 or self._progress.mark().since(opened.mark) is not NONE:
+            return   # nothing left here (or the epoch changed): the next epoch opens with config
+        replacement = open_map_epoch(self._view, self._reading, self._progress, workers, self._stats)
+        self._opened, self._left = replacement, self._remaining(replacement)

@@ -1,0 +1,162 @@
+"""L3: the vocabulary of ``autotune``: configurations, what is measured, trials, and the policy protocol.
+
+A :class:`Config` is one way to compute an epoch's batches; a :class:`BatchTiming` is what the
+loader measures per delivered batch and a :class:`Usage` what it measures at a trial's ends; a
+:class:`Trial` is one configuration's numbers. A policy (:class:`Policy`) turns them into the next
+configuration: the measuring :class:`~seqloader.loader.autotune_policy.Tuner`, or
+:class:`Schedule`, which switches at fixed batch counts (for tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Protocol
+
+__all__ = ["BatchTiming", "Config", "Policy", "Schedule", "Trial", "Usage"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One way to compute the batches (see the module docstring).
+
+    Example:
+        >>> Config("process", workers=2, threads=4).label, Config("main").in_flight
+        ('2 processes x 4 threads, prefetch 2', 0)
+        >>> Config("threads", workers=2)
+        Traceback (most recent call last):
+        ValueError: autotune: Config.method must be 'main', 'thread' or 'process' (got 'threads')
+    """
+
+    method: str
+    workers: int = 0
+    threads: int = 1
+    prefetch: int = 2
+
+    def __post_init__(self) -> None:
+        if self.method not in ("main", "thread", "process"):
+            raise ValueError(f"autotune: Config.method must be 'main', 'thread' or 'process' (got {self.method!r})")
+        if (self.method == "main") != (self.workers == 0) or self.threads < 1 or self.prefetch < 1:
+            raise ValueError(f"autotune: inconsistent Config (got {self!r}); 'main' has 0 workers, the others "
+                             ">= 1, threads and prefetch >= 1")
+        if self.threads > 1 and self.method != "process":
+            raise ValueError(f"autotune: threads > 1 needs method='process' (got {self!r})")
+
+    @property
+    def label(self) -> str:
+        """The configuration in words (logs, ``stats()["autotune"]``)."""
+        if self.method == "main":
+            return "num_workers=0"
+        kind = "threads" if self.method == "thread" else "processes"
+        inside = f" x {self.threads} threads" if self.threads > 1 else ""
+        return f"{self.workers} {kind}{inside}, prefetch {self.prefetch}"
+
+    @property
+    def in_flight(self) -> int:
+        """Batches computed or held ahead of the loop at most."""
+        return self.workers * self.threads * self.prefetch
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchTiming:
+    """One delivered batch: when ``next()`` returned it (seconds, any clock), how long the loop
+    waited inside ``next()``, how long it worked since the previous ``next()`` returned (``None``
+    for the first of an iterator), and the batch's bytes (tensors and arrays; 0 if unknown)."""
+
+    now: float
+    wait_s: float
+    work_s: Optional[float]
+    nbytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """What the loader used, measured by the caller: ``cpu_s`` (CPU seconds of this process and
+    its worker processes, cumulative), ``loader_bytes`` (memory the loader holds now: its worker
+    processes' and what this process grew since the loader began), ``worker_bytes`` (the largest
+    worker process, 0 without any)."""
+
+    cpu_s: float
+    loader_bytes: int
+    worker_bytes: int = 0
+
+
+@dataclasses.dataclass
+class Trial:
+    """The numbers of one configuration's trial."""
+
+    config: Config
+    batches: int = 0
+    wall_s: float = 0.0
+    wait_s: float = 0.0
+    work_s: float = 0.0
+    cpu_s: float = 0.0
+    memory_bytes: int = 0
+    cut_short: bool = False
+
+    @property
+    def rate(self) -> float:
+        """Batches per second delivered to the loop."""
+        return self.batches / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def waiting(self) -> float:
+        """The fraction of the loop's time spent waiting in ``next()``."""
+        total = self.wait_s + self.work_s
+        return self.wait_s / total if total > 0 else 0.0
+
+    @property
+    def cpu_per_batch(self) -> float:
+        return self.cpu_s / self.batches if self.batches else 0.0
+
+    def as_dict(self) -> dict:
+        return {"config": self.config.label, "batches": self.batches, "batches_per_s": round(self.rate, 3),
+                "waiting": round(self.waiting, 3), "cpu_s_per_batch": round(self.cpu_per_batch, 6),
+                "cores": round(self.cpu_s / self.wall_s, 3) if self.wall_s > 0 else 0.0,
+                "memory_bytes": self.memory_bytes, "cut_short": self.cut_short}
+
+
+class Policy(Protocol):
+    """What the loader asks of a policy (:class:`Tuner`, :class:`Schedule`)."""
+
+    def first(self) -> Config:
+        """The configuration to start with."""
+
+    def observe(self, timing: BatchTiming, usage: Callable[[], Usage]) -> Optional[Config]:
+        """A batch was delivered: the configuration to switch to, or ``None``. ``usage()`` measures
+        (costly: call it at a trial's ends only)."""
+
+    def report(self) -> dict:
+        """``stats()["autotune"]``: JSON types."""
+
+
+class Schedule:
+    """A policy for tests: switch to ``configs[k]`` after ``every * (k + 1)`` delivered batches
+    (counted across epochs), cycling through them.
+
+    Example:
+        >>> s = Schedule([Config("thread", 2), Config("main")], every=2)
+        >>> t = BatchTiming(0.0, 0.0, None)
+        >>> [s.observe(t, None) for _ in range(4)][1::2] == [Config("main"), Config("thread", 2)]
+        True
+    """
+
+    def __init__(self, configs: list, every: int = 1):
+        if not configs or every < 1:
+            raise ValueError(f"Schedule: needs configs and every >= 1 (got {configs!r}, every={every!r})")
+        self._configs, self._every, self._seen, self.switches = list(configs), every, 0, 0
+
+    def first(self) -> Config:
+        return self._configs[0]
+
+    def observe(self, timing: BatchTiming, usage: Any) -> Optional[Config]:
+        self._seen += 1
+        if self._seen % self._every:
+            return None
+        self.switches += 1
+        return self._configs[self.switches % len(self._configs)]
+
+    def report(self) -> dict:
+        return {"policy": "schedule", "switches": self.switches, "trials": [], "chosen": None, "reason": "a schedule"}
