@@ -8,7 +8,7 @@ from building the loader to its last batch, in one process, one after the other:
   (``benchmarks.threads_data.PythonItems``);
 * ``autotune_parquet``: the block-shuffled Parquet epoch of ``benchmarks.threads``
   (``parquet(columnar=True)``, ``BlockShuffleSampler(window=4)``, batch 64);
-* ``autotune_tar``: tar shards of 160x160 JPEGs decoded with PIL (``tar_shards``,
+* ``autotune_tar``: tar shards of 160x160 JPEGs decoded by ``seqloader.ImageDecoder()`` (``tar_shards``,
   ``BlockShuffleSampler(window=2)``), batch 64.
 
 Every workload runs the same grid of :data:`GRID` fixed configurations (at most 2 worker
@@ -20,8 +20,9 @@ wrong guess costs. A fixed configuration that has not finished after ``limit`` s
 and its epoch extrapolated from the batches it delivered (the notes say so). *peak PSS* is the
 process tree's proportional set size above what it was before the loader was built, sampled
 every 50 ms (psutil, a benchmark-only dependency), against autotune's ``memory_budget`` (half the
-memory available). Grain is not installed here, so Grain's default (its RAM heuristic:
-workers = RAM budget / element size) is reported as not measured.
+memory available). Grain's default is its RAM heuristic
+(``grain.experimental.pick_performance_config``: workers = RAM budget / element size, at most the
+CPUs) with the same budget, where grain is installed (the ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from torch.utils.data import DataLoader, default_convert
 
 import seqloader
 from benchmarks.common import Options, Row
-from benchmarks.threads_data import (PssSampler, PythonItems, RowIndex, cache_blocks, decode_jpeg,
-                                     write_jpeg_shards, write_token_files)
+from benchmarks.threads_data import (DecodeSample, PssSampler, PythonItems, RowIndex, write_jpeg_shards,
+                                     write_token_files)
 
 __all__ = ["AUTOTUNE_WORKLOADS", "GRID", "JitteryItems"]
 
@@ -129,9 +130,32 @@ def _compare(workload: str, what: str, n: int, bs: int, make_data: Callable[[str
         out.append(row(f"fixed: {label}{tag}", s_, c_, m_, what if label == best_label else "fixed configuration"))
     out.append(row("torch DataLoader(num_workers=2) (torch's default as users write it)", ts, tcut, tmem,
                    "torch's own loader"))
-    out.append(Row(workload, "Grain default (RAM heuristic)", 0, float("nan"), "samples/s",
-                   notes="not measured: grain is not installed in this environment"))
+    out.append(_grain_row(workload, data, bs, n, batches, best, budget, limit))
     return out
+
+
+def _grain_row(workload: str, data: Any, bs: int, n: int, batches: int, best: float, budget: int, limit: float) -> Row:
+    """Grain's default: ``grain.experimental.pick_performance_config`` (its RAM heuristic: workers =
+    RAM budget / element size, at most the CPUs; read buffer likewise) with autotune's memory
+    budget, over a ``MapDataset`` of the same items (a global shuffle, batches as lists)."""
+    label = "Grain default (pick_performance_config, the same RAM budget)"
+    try:
+        import grain
+    except ImportError:
+        return Row(workload, label, 0, float("nan"), "samples/s", notes="not measured: grain is not installed")
+
+    def build(read_options: Any = None) -> Any:
+        return (grain.MapDataset.source(data).shuffle(seed=0).to_iter_dataset(read_options)
+                .batch(bs, batch_fn=list))
+
+    perf = grain.experimental.pick_performance_config(build(), ram_budget_mb=budget // 2**20, max_workers=None,
+                                                      max_buffer_size=None)
+    workers = perf.multiprocessing_options.num_workers
+    s, cut, mem, _ = _timed(lambda: build(perf.read_options).mp_prefetch(perf.multiprocessing_options), batches, limit)
+    extra = "; extrapolated from its first batches" if cut else ""
+    return Row(workload, label, workers, n / s, "samples/s", ratio=best / s,
+               notes=f"{workers} mp_prefetch workers, read buffer {perf.read_options.prefetch_buffer_size}{extra}; "
+                     f"peak PSS +{mem / 2**20:.0f} MiB")
 
 
 def autotune_latency(opts: Options) -> list[Row]:
@@ -159,9 +183,8 @@ def autotune_parquet(opts: Options) -> list[Row]:
         write_token_files(folder, files, rows, tokens)
 
         def make(label: str, w: int, method: str, threads: int) -> Any:
-            # a fixed configuration gets the arena its executor needs; autotune the largest (all files)
-            cache = files if label == "autotune" else min(files, cache_blocks(window, w, method, threads))
-            return seqloader.parquet(folder, columnar=True, cache_blocks=cache)
+            # the docs' defaults: cache_blocks sized by the loader for the configuration in force
+            return seqloader.parquet(folder, columnar=True)
 
         return _compare("autotune_parquet", f"{files} files x {rows:,} rows x {tokens} tokens, window {window}, "
                         f"batch {bs}", files * rows, bs, make,
@@ -173,15 +196,15 @@ def autotune_parquet(opts: Options) -> list[Row]:
 
 
 def autotune_tar(opts: Options) -> list[Row]:
-    """Tar shards of JPEGs decoded with PIL (decoding releases the GIL in part)."""
+    """Tar shards of JPEGs decoded by ``seqloader.ImageDecoder()`` (simplejpeg when installed: the GIL released)."""
     shards, per, side, bs = (4, 64, 160, 64) if opts.quick else (16, 500, 160, 64)
     tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
     try:
         folder = os.path.join(tmp, "shards")
         write_jpeg_shards(folder, shards, per, side)
-        src = seqloader.tar_shards(folder, transform=decode_jpeg)
+        src = seqloader.tar_shards(folder, transform=DecodeSample(seqloader.ImageDecoder("auto")))
         ends = np.cumsum([per] * shards)
-        return _compare("autotune_tar", f"{shards} shards x {per} JPEGs {side}x{side}, PIL decode, batch {bs}",
+        return _compare("autotune_tar", f"{shards} shards x {per} JPEGs {side}x{side}, ImageDecoder, batch {bs}",
                         shards * per, bs, lambda *a: src,
                         lambda d: seqloader.BlockShuffleSampler(d, blocks=ends, window=2, seed=0, lanes=2, chunk=bs),
                         limit=6.0 if opts.quick else 20.0)
