@@ -238,3 +238,32 @@ def test_tuner_refuses_a_configuration_measured_over_the_budget():
     assert [c for c in asked if c is not None][-1] == Config("main")
     assert all(why.startswith("measured") or why.startswith("predicted") for why in t.refused.values())
     assert t.chosen == Config("main")
+
+
+def test_a_columnar_source_s_cache_follows_the_configuration_in_force(tmp_path):
+    """With the default ``cache_blocks``, each configuration autotune switches to opens the epoch's
+    rest with the cache its executor needs (``loader/block_caches.py``): no block decoded again
+    for want of room, and the batches of a fixed loader."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from torch.utils.data import default_convert
+
+    from seqloader.loader.block_caches import blocks_in_use
+    from seqloader.prefetcher.options import ThreadWorkers
+
+    for f in range(3):
+        n = 32
+        pq.write_table(pa.table({"x": np.arange(f * n, (f + 1) * n)}), str(tmp_path / f"p{f}.parquet"), row_group_size=8)
+
+    def make(autotune):
+        src = seqloader.parquet(str(tmp_path), columnar=True)
+        sampler = seqloader.BlockShuffleSampler(src, window=3, seed=3, lanes=2)
+        return src, seqloader.DataLoader(src, batch_size=4, sampler=sampler, num_workers=2, seed=0,
+                                         collate_fn=default_convert, autotune=autotune)
+
+    _, fixed = make(False)
+    src, tuned = make(Schedule([Config("main"), Config("thread", 2), Config("process", 2)], every=5))
+    assert_batches_equal(list(tuned), list(fixed))
+    assert src.cache_blocks >= blocks_in_use(3, 2, 12, 2, ThreadWorkers())   # thread workers' size was in force
+    assert src.counters()["blocks_decoded_again"] == 0
