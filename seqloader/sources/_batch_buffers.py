@@ -28,8 +28,15 @@ import numpy as np
 
 __all__ = ["BatchBuffers"]
 
-#: references to a pooled array that is free: the pool's list, the loop's name, getrefcount's argument
-_FREE = 3
+def _refs(pool: list, j: int) -> int:
+    """``sys.getrefcount`` of ``pool[j]``, always taken by this one function (the count an
+    interpreter reports for its own temporaries differs between Python versions)."""
+    return sys.getrefcount(pool[j])
+
+
+#: what :func:`_refs` reports for a pooled array that nothing else refers to: measured, not
+#: assumed, so that a reference held elsewhere always counts one more
+_FREE = _refs([np.empty(0)], 0)
 
 
 class BatchBuffers:
@@ -68,11 +75,9 @@ class BatchBuffers:
             start = self._next[key]
             for k in range(n):   # (from where the last search stopped: batches are released in order)
                 j = (start + k) % n
-                arr = pool[j]
-                if sys.getrefcount(arr) == _FREE:
+                if _refs(pool, j) == _FREE:
                     self._next[key] = (j + 1) % n
-                    return arr
-                del arr
+                    return pool[j]
             arr = np.empty(shape, dtype)
             if n < max(4, self._most_bytes // max(1, arr.nbytes)):
                 pool.append(arr)
