@@ -104,8 +104,8 @@ class ProcessTree:
     Example:
         >>> tree = ProcessTree()
         >>> u = tree.usage()
-        >>> u.cpu_s > 0, u.loader_bytes >= 0, u.worker_bytes
-        (True, True, 0)
+        >>> u.cpu_s > 0, u.loader_bytes >= 0, u.worker_bytes >= 0   # (a test run may have other children)
+        (True, True, True)
     """
 
     def __init__(self) -> None:
