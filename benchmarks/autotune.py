@@ -50,6 +50,19 @@ GRID = [("0 workers", 0, "multiprocessing", 1), ("1 process", 1, "multiprocessin
         ("16 threads", 16, "thread", 1), ("2 processes x 4 threads", 2, "multiprocessing", 4)]
 
 
+#: seconds a fixed configuration, torch's or Grain's default runs before its epoch is extrapolated
+LIMIT = 10.0
+
+
+def _copies(folder: str, copies: int) -> None:
+    """Hard links ``-copyK`` of each file in ``folder``, ``copies`` files in all: a longer epoch
+    of distinct paths (each decoded and cached on its own) without writing the data again."""
+    for name in sorted(os.listdir(folder)):
+        stem, ext = os.path.splitext(name)
+        for k in range(1, copies):
+            os.link(os.path.join(folder, name), os.path.join(folder, f"{stem}-copy{k}{ext}"))
+
+
 class JitteryItems:
     """Item ``i`` waits 10-20 ms (a remote read's latency), then is a small tensor."""
 
@@ -66,22 +79,28 @@ class JitteryItems:
 
 def _timed(make: Callable[[], Any], n_batches: int, limit: float) -> tuple[float, bool, int, Any]:
     """``(seconds for the epoch, extrapolated?, peak PSS above the start, the loader)``: build the
-    loader with ``make()`` and read it to its end, or for ``limit`` seconds and extrapolate."""
+    loader with ``make()`` and read it to its end, or for ``limit`` seconds and extrapolate: the
+    time so far (start-up included, once) plus the batches left at the rate of the second half of
+    what was read (a fixed configuration's steady rate)."""
     with PssSampler() as pss:
         base = pss.peak
         t0 = time.perf_counter()
         made = make()
         it = iter(made)
-        done, cut = 0, False
+        done, cut, stamps = 0, False, []
         for _ in it:
             done += 1
-            if time.perf_counter() - t0 > limit and done < n_batches:
+            now = time.perf_counter()
+            stamps.append(now)
+            if now - t0 > limit and done < n_batches:
                 cut = True
                 break
         seconds = time.perf_counter() - t0
         del it
     if cut:
-        seconds *= n_batches / done
+        half = done // 2
+        steady = (stamps[-1] - stamps[half - 1]) / (done - half) if half >= 1 else seconds / done
+        seconds += (n_batches - done) * steady
     return seconds, cut, max(0, pss.peak - base), made
 
 
@@ -160,27 +179,29 @@ def _grain_row(workload: str, data: Any, bs: int, n: int, batches: int, best: fl
 
 def autotune_latency(opts: Options) -> list[Row]:
     """Items that wait 10-20 ms: threads win, processes lose."""
-    n, bs = (1_280, 32) if opts.quick else (12_800, 32)
+    n, bs = (1_280, 32) if opts.quick else (19_200, 32)
     data = JitteryItems(n)
     return _compare("autotune_latency", f"{n:,} items of 10-20 ms, batch {bs}", n, bs, lambda *a: data,
-                    lambda d: None, limit=6.0 if opts.quick else 20.0)
+                    lambda d: None, limit=6.0 if opts.quick else LIMIT)
 
 
 def autotune_python(opts: Options) -> list[Row]:
     """Items of ~0.3 ms of pure Python: processes win, threads take turns on the GIL."""
-    n, bs = (6_400, 64) if opts.quick else (48_000, 64)
+    n, bs = (6_400, 64) if opts.quick else (192_000, 64)
     data = PythonItems(n)
     return _compare("autotune_python", f"{n:,} items of ~0.3 ms of pure Python, batch {bs}", n, bs, lambda *a: data,
-                    lambda d: None, limit=6.0 if opts.quick else 20.0)
+                    lambda d: None, limit=6.0 if opts.quick else LIMIT)
 
 
 def autotune_parquet(opts: Options) -> list[Row]:
     """The block-shuffled Parquet epoch of ``benchmarks.threads`` (token rows, batch 64)."""
-    files, rows, tokens, window, bs = (20, 256, 512, 4, 64) if opts.quick else (48, 4096, 512, 4, 64)
+    files, rows, tokens, window, bs, copies = (20, 256, 512, 4, 64, 1) if opts.quick else (48, 4096, 512, 4, 64, 10)
     tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
     try:
         folder = os.path.join(tmp, "tokens")
         write_token_files(folder, files, rows, tokens)
+        _copies(folder, copies)
+        files *= copies
 
         def make(label: str, w: int, method: str, threads: int) -> Any:
             # the docs' defaults: cache_blocks sized by the loader for the configuration in force
@@ -189,7 +210,7 @@ def autotune_parquet(opts: Options) -> list[Row]:
         return _compare("autotune_parquet", f"{files} files x {rows:,} rows x {tokens} tokens, window {window}, "
                         f"batch {bs}", files * rows, bs, make,
                         lambda d: seqloader.BlockShuffleSampler(d, window=window, seed=0),
-                        limit=6.0 if opts.quick else 20.0, collate_fn=default_convert,
+                        limit=6.0 if opts.quick else LIMIT, collate_fn=default_convert,
                         torch_data=RowIndex(sorted(os.path.join(folder, f) for f in os.listdir(folder)), window))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -197,17 +218,19 @@ def autotune_parquet(opts: Options) -> list[Row]:
 
 def autotune_tar(opts: Options) -> list[Row]:
     """Tar shards of JPEGs decoded by ``seqloader.ImageDecoder()`` (simplejpeg when installed: the GIL released)."""
-    shards, per, side, bs = (4, 64, 160, 64) if opts.quick else (16, 500, 160, 64)
+    shards, per, side, bs, copies = (4, 64, 160, 64, 1) if opts.quick else (16, 500, 160, 64, 8)
     tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
     try:
         folder = os.path.join(tmp, "shards")
         write_jpeg_shards(folder, shards, per, side)
+        _copies(folder, copies)
+        shards *= copies
         src = seqloader.tar_shards(folder, transform=DecodeSample(seqloader.ImageDecoder("auto")))
         ends = np.cumsum([per] * shards)
         return _compare("autotune_tar", f"{shards} shards x {per} JPEGs {side}x{side}, ImageDecoder, batch {bs}",
                         shards * per, bs, lambda *a: src,
                         lambda d: seqloader.BlockShuffleSampler(d, blocks=ends, window=2, seed=0, lanes=2, chunk=bs),
-                        limit=6.0 if opts.quick else 20.0)
+                        limit=6.0 if opts.quick else LIMIT)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
