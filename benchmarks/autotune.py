@@ -1,23 +1,28 @@
 """``DataLoader(autotune=True)`` against a grid of fixed configurations, torch's default and Grain's (issue 38).
 
 Four workloads, each a whole epoch read as fast as the loop can (the loop does nothing else),
-from building the loader to its last batch, in one process, one after the other:
+from building the loader to its last batch, in one process, one after the other. The epochs are
+sized like real ones, 15-25 s at the best configuration on a 2-core machine, so that "converges
+in a few seconds of an epoch" is what is measured:
 
-* ``autotune_latency``: items that wait 10-20 ms (a remote read), batch 32;
-* ``autotune_python``: items of ~0.3 ms of pure Python (the GIL held), batch 64
+* ``autotune_latency``: 19,200 items that wait 10-20 ms (a remote read), batch 32;
+* ``autotune_python``: 192,000 items of ~0.3 ms of pure Python (the GIL held), batch 64
   (``benchmarks.threads_data.PythonItems``);
 * ``autotune_parquet``: the block-shuffled Parquet epoch of ``benchmarks.threads``
-  (``parquet(columnar=True)``, ``BlockShuffleSampler(window=4)``, batch 64);
+  (``parquet(columnar=True)``, ``BlockShuffleSampler(window=4)``, batch 64) over 48 files, each
+  also linked 9 more times under other names (480 files, 1.97 M rows);
 * ``autotune_tar``: tar shards of 160x160 JPEGs decoded by ``seqloader.ImageDecoder()`` (``tar_shards``,
-  ``BlockShuffleSampler(window=2)``), batch 64.
+  ``BlockShuffleSampler(window=2)``), batch 64: 16 shards of 500, each linked 7 more times (64,000).
 
 Every workload runs the same grid of :data:`GRID` fixed configurations (at most 2 worker
 processes, as ``autotune`` with ``num_workers=2``: the machine's cores), ``autotune=True``
 (``num_workers=2``: at most 2 processes, 16 thread workers), and torch's ``DataLoader`` with
 ``num_workers=2`` (what a user writes). ``ratio`` is each row's samples/s over the best fixed
 configuration of the grid (the goal for autotune: >= 0.9); the worst row of the grid is what a
-wrong guess costs. A fixed configuration that has not finished after ``limit`` seconds is stopped
-and its epoch extrapolated from the batches it delivered (the notes say so). *peak PSS* is the
+wrong guess costs. A fixed configuration (and torch's and Grain's defaults) that has not finished
+after :data:`LIMIT` seconds is stopped and its epoch extrapolated: the time so far, start-up
+included, plus the batches left at the rate of the second half of what it read (its steady rate;
+the notes say so). ``autotune=True`` always reads its whole epoch. *peak PSS* is the
 process tree's proportional set size above what it was before the loader was built, sampled
 every 50 ms (psutil, a benchmark-only dependency), against autotune's ``memory_budget`` (half the
 memory available). Grain's default is its RAM heuristic

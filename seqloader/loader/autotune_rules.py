@@ -21,7 +21,7 @@ THREADS_PER_WORKER = 8
 PROCESS_THREADS = 4
 KEEPS_UP = 0.10      # the loop waits less than this fraction of its time: consumer-bound
 CPU_BOUND = 0.3      # under this share of a core busy, the items wait (latency) rather than compute
-SATURATED = 0.8      # threads keeping this share of the cores busy leave no core for processes to add
+SATURATED = 0.9      # threads keeping this share of the cores busy leave no core for processes to add
 LATENCY = 0.7        # threads within this of processes' rate: threads inside processes are tried
 RETUNE = 2.0         # the loop's work per batch changed by more than this factor: search again
 WINDOW = 32          # the loop's step is the median of its last 32 (a preempted step is no change) ...
@@ -60,18 +60,18 @@ def pruned(trial: Trial, queue: list, trials: list, max_workers: int, cores: int
     * the most thread workers kept under 0.3 of a core busy: the items wait, they do not
       compute, and processes only add cores: processes are not tried; at least 0.3, they compute,
       and as many threads as workers are tried first (fewer turns on the GIL);
-    * thread workers kept 80% of the cores busy: the GIL is released and the cores are used;
+    * thread workers kept 90% of the cores busy: the GIL is released and the cores are used;
       processes add none: they are not tried;
     * processes: threads inside them are tried only if threads reached 70% of their rate but
       not all of it (the items wait as well as compute, and the GIL holds threads back).
 
     Example:
-        >>> t = Trial(Config("thread", 2), batches=20, wall_s=1.0, wait_s=0.9, work_s=0.1, cpu_s=1.8)
+        >>> t = Trial(Config("thread", 2), batches=20, wall_s=1.0, wait_s=0.9, work_s=0.1, cpu_s=1.9)
         >>> added, dropped, why = pruned(t, [Config("process", 2)], [t], max_workers=2, cores=2)
         >>> added, [c.label for c in dropped]
         ([], ['2 processes, prefetch 2'])
         >>> why
-        'threads kept 1.80 of 2 cores busy: processes add no core'
+        'threads kept 1.90 of 2 cores busy: processes add no core'
         >>> fed = Trial(Config("thread", 2), batches=20, wall_s=1.0, wait_s=0.01, work_s=0.99, cpu_s=0.4)
         >>> pruned(fed, [Config("process", 2)], [fed], 2, 2)[2]   # the loop never waited
         'the loop kept up with 2 threads, prefetch 2 (it waited 1%): only cheaper configurations are tried'
