@@ -1,23 +1,28 @@
 """``DataLoader(autotune=True)`` against a grid of fixed configurations, torch's default and Grain's (issue 38).
 
 Four workloads, each a whole epoch read as fast as the loop can (the loop does nothing else),
-from building the loader to its last batch, in one process, one after the other:
+from building the loader to its last batch, in one process, one after the other. The epochs are
+sized like real ones, 15-25 s at the best configuration on a 2-core machine, so that "converges
+in a few seconds of an epoch" is what is measured:
 
-* ``autotune_latency``: items that wait 10-20 ms (a remote read), batch 32;
-* ``autotune_python``: items of ~0.3 ms of pure Python (the GIL held), batch 64
+* ``autotune_latency``: 19,200 items that wait 10-20 ms (a remote read), batch 32;
+* ``autotune_python``: 192,000 items of ~0.3 ms of pure Python (the GIL held), batch 64
   (``benchmarks.threads_data.PythonItems``);
 * ``autotune_parquet``: the block-shuffled Parquet epoch of ``benchmarks.threads``
-  (``parquet(columnar=True)``, ``BlockShuffleSampler(window=4)``, batch 64);
+  (``parquet(columnar=True)``, ``BlockShuffleSampler(window=4)``, batch 64) over 48 files, each
+  also linked 9 more times under other names (480 files, 1.97 M rows);
 * ``autotune_tar``: tar shards of 160x160 JPEGs decoded by ``seqloader.ImageDecoder()`` (``tar_shards``,
-  ``BlockShuffleSampler(window=2)``), batch 64.
+  ``BlockShuffleSampler(window=2)``), batch 64: 16 shards of 500, each linked 7 more times (64,000).
 
 Every workload runs the same grid of :data:`GRID` fixed configurations (at most 2 worker
 processes, as ``autotune`` with ``num_workers=2``: the machine's cores), ``autotune=True``
 (``num_workers=2``: at most 2 processes, 16 thread workers), and torch's ``DataLoader`` with
 ``num_workers=2`` (what a user writes). ``ratio`` is each row's samples/s over the best fixed
 configuration of the grid (the goal for autotune: >= 0.9); the worst row of the grid is what a
-wrong guess costs. A fixed configuration that has not finished after ``limit`` seconds is stopped
-and its epoch extrapolated from the batches it delivered (the notes say so). *peak PSS* is the
+wrong guess costs. A fixed configuration (and torch's and Grain's defaults) that has not finished
+after :data:`LIMIT` seconds is stopped and its epoch extrapolated: the time so far, start-up
+included, plus the batches left at the rate of the second half of what it read (its steady rate;
+the notes say so). ``autotune=True`` always reads its whole epoch. *peak PSS* is the
 process tree's proportional set size above what it was before the loader was built, sampled
 every 50 ms (psutil, a benchmark-only dependency), against autotune's ``memory_budget`` (half the
 memory available). Grain's default is its RAM heuristic
@@ -50,6 +55,19 @@ GRID = [("0 workers", 0, "multiprocessing", 1), ("1 process", 1, "multiprocessin
         ("16 threads", 16, "thread", 1), ("2 processes x 4 threads", 2, "multiprocessing", 4)]
 
 
+#: seconds a fixed configuration, torch's or Grain's default runs before its epoch is extrapolated
+LIMIT = 10.0
+
+
+def _copies(folder: str, copies: int) -> None:
+    """Hard links ``-copyK`` of each file in ``folder``, ``copies`` files in all: a longer epoch
+    of distinct paths (each decoded and cached on its own) without writing the data again."""
+    for name in sorted(os.listdir(folder)):
+        stem, ext = os.path.splitext(name)
+        for k in range(1, copies):
+            os.link(os.path.join(folder, name), os.path.join(folder, f"{stem}-copy{k}{ext}"))
+
+
 class JitteryItems:
     """Item ``i`` waits 10-20 ms (a remote read's latency), then is a small tensor."""
 
@@ -66,22 +84,28 @@ class JitteryItems:
 
 def _timed(make: Callable[[], Any], n_batches: int, limit: float) -> tuple[float, bool, int, Any]:
     """``(seconds for the epoch, extrapolated?, peak PSS above the start, the loader)``: build the
-    loader with ``make()`` and read it to its end, or for ``limit`` seconds and extrapolate."""
+    loader with ``make()`` and read it to its end, or for ``limit`` seconds and extrapolate: the
+    time so far (start-up included, once) plus the batches left at the rate of the second half of
+    what was read (a fixed configuration's steady rate)."""
     with PssSampler() as pss:
         base = pss.peak
         t0 = time.perf_counter()
         made = make()
         it = iter(made)
-        done, cut = 0, False
+        done, cut, stamps = 0, False, []
         for _ in it:
             done += 1
-            if time.perf_counter() - t0 > limit and done < n_batches:
+            now = time.perf_counter()
+            stamps.append(now)
+            if now - t0 > limit and done < n_batches:
                 cut = True
                 break
         seconds = time.perf_counter() - t0
         del it
     if cut:
-        seconds *= n_batches / done
+        half = done // 2
+        steady = (stamps[-1] - stamps[half - 1]) / (done - half) if half >= 1 else seconds / done
+        seconds += (n_batches - done) * steady
     return seconds, cut, max(0, pss.peak - base), made
 
 
@@ -160,27 +184,29 @@ def _grain_row(workload: str, data: Any, bs: int, n: int, batches: int, best: fl
 
 def autotune_latency(opts: Options) -> list[Row]:
     """Items that wait 10-20 ms: threads win, processes lose."""
-    n, bs = (1_280, 32) if opts.quick else (12_800, 32)
+    n, bs = (1_280, 32) if opts.quick else (19_200, 32)
     data = JitteryItems(n)
     return _compare("autotune_latency", f"{n:,} items of 10-20 ms, batch {bs}", n, bs, lambda *a: data,
-                    lambda d: None, limit=6.0 if opts.quick else 20.0)
+                    lambda d: None, limit=6.0 if opts.quick else LIMIT)
 
 
 def autotune_python(opts: Options) -> list[Row]:
     """Items of ~0.3 ms of pure Python: processes win, threads take turns on the GIL."""
-    n, bs = (6_400, 64) if opts.quick else (48_000, 64)
+    n, bs = (6_400, 64) if opts.quick else (192_000, 64)
     data = PythonItems(n)
     return _compare("autotune_python", f"{n:,} items of ~0.3 ms of pure Python, batch {bs}", n, bs, lambda *a: data,
-                    lambda d: None, limit=6.0 if opts.quick else 20.0)
+                    lambda d: None, limit=6.0 if opts.quick else LIMIT)
 
 
 def autotune_parquet(opts: Options) -> list[Row]:
     """The block-shuffled Parquet epoch of ``benchmarks.threads`` (token rows, batch 64)."""
-    files, rows, tokens, window, bs = (20, 256, 512, 4, 64) if opts.quick else (48, 4096, 512, 4, 64)
+    files, rows, tokens, window, bs, copies = (20, 256, 512, 4, 64, 1) if opts.quick else (48, 4096, 512, 4, 64, 10)
     tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
     try:
         folder = os.path.join(tmp, "tokens")
         write_token_files(folder, files, rows, tokens)
+        _copies(folder, copies)
+        files *= copies
 
         def make(label: str, w: int, method: str, threads: int) -> Any:
             # the docs' defaults: cache_blocks sized by the loader for the configuration in force
@@ -189,7 +215,7 @@ def autotune_parquet(opts: Options) -> list[Row]:
         return _compare("autotune_parquet", f"{files} files x {rows:,} rows x {tokens} tokens, window {window}, "
                         f"batch {bs}", files * rows, bs, make,
                         lambda d: seqloader.BlockShuffleSampler(d, window=window, seed=0),
-                        limit=6.0 if opts.quick else 20.0, collate_fn=default_convert,
+                        limit=6.0 if opts.quick else LIMIT, collate_fn=default_convert,
                         torch_data=RowIndex(sorted(os.path.join(folder, f) for f in os.listdir(folder)), window))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -197,17 +223,19 @@ def autotune_parquet(opts: Options) -> list[Row]:
 
 def autotune_tar(opts: Options) -> list[Row]:
     """Tar shards of JPEGs decoded by ``seqloader.ImageDecoder()`` (simplejpeg when installed: the GIL released)."""
-    shards, per, side, bs = (4, 64, 160, 64) if opts.quick else (16, 500, 160, 64)
+    shards, per, side, bs, copies = (4, 64, 160, 64, 1) if opts.quick else (16, 500, 160, 64, 8)
     tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
     try:
         folder = os.path.join(tmp, "shards")
         write_jpeg_shards(folder, shards, per, side)
+        _copies(folder, copies)
+        shards *= copies
         src = seqloader.tar_shards(folder, transform=DecodeSample(seqloader.ImageDecoder("auto")))
         ends = np.cumsum([per] * shards)
         return _compare("autotune_tar", f"{shards} shards x {per} JPEGs {side}x{side}, ImageDecoder, batch {bs}",
                         shards * per, bs, lambda *a: src,
                         lambda d: seqloader.BlockShuffleSampler(d, blocks=ends, window=2, seed=0, lanes=2, chunk=bs),
-                        limit=6.0 if opts.quick else 20.0)
+                        limit=6.0 if opts.quick else LIMIT)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -159,8 +159,9 @@ def make_tuning(autotune: Any, memory_budget: Any, num_workers: int, executor: E
                                                                             memory_budget)
     if budget < 0:
         raise ValueError(f"DataLoader: memory_budget must be >= 0 bytes (got {budget})")
-    cap = num_workers or len(os.sched_getaffinity(0))
-    return Tuning(Tuner(cap, budget, worker_bytes=tree.own_bytes()), executor.context, tree)
+    cores = len(os.sched_getaffinity(0))
+    return Tuning(Tuner(num_workers or cores, budget, worker_bytes=tree.own_bytes(), cores=cores), executor.context,
+                  tree)
 
 
 class Tuning:
@@ -277,17 +278,24 @@ class TunedIterator(MapIterator):
         self._epoch_of = epoch_of
         self._pending: Optional[Config] = None
         self._returned: Optional[float] = None
+        self._delivered = 0
 
     def __next__(self) -> Any:
         start = time.perf_counter()   # a switch is part of the loop's wait for this batch
         if self._pending is not None:
             config, self._pending = self._pending, None
             self._switch(config)
+        here = self._tuning.config.method == "main"   # computed by this thread: its CPU share is measured
+        cpu = time.thread_time() if here else 0.0
         batch = super().__next__()
         now = time.perf_counter()
         work = None if self._returned is None else start - self._returned
         self._returned = now
-        self._pending = self._tuning.observe(BatchTiming(now, now - start, work, batch_bytes(batch)))
+        # a batch's bytes predict the memory in flight; batches are alike, so one in 16 is walked
+        size = batch_bytes(batch) if self._delivered % 16 == 0 else 0
+        self._delivered += 1
+        self._pending = self._tuning.observe(BatchTiming(now, now - start, work, size,
+                                                         time.thread_time() - cpu if here else None))
         return batch
 
     def _read(self) -> tuple[int, Any]:

@@ -63,12 +63,15 @@ class Config:
 class BatchTiming:
     """One delivered batch: when ``next()`` returned it (seconds, any clock), how long the loop
     waited inside ``next()``, how long it worked since the previous ``next()`` returned (``None``
-    for the first of an iterator), and the batch's bytes (tensors and arrays; 0 if unknown)."""
+    for the first of an iterator), the batch's bytes (tensors and arrays; 0 if not measured), and
+    the CPU seconds the loop's thread spent inside ``next()`` (``None`` if not measured: it is,
+    while the batches are computed in this process)."""
 
     now: float
     wait_s: float
     work_s: Optional[float]
     nbytes: int = 0
+    cpu_s: Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,9 +127,10 @@ class Policy(Protocol):
     def first(self) -> Config:
         """The configuration to start with."""
 
-    def observe(self, timing: BatchTiming, usage: Callable[[], Usage]) -> Optional[Config]:
+    def observe(self, timing: BatchTiming, usage: Callable[..., Usage]) -> Optional[Config]:
         """A batch was delivered: the configuration to switch to, or ``None``. ``usage()`` measures
-        (costly: call it at a trial's ends only)."""
+        CPU and memory (milliseconds: call it at a trial's ends only), ``usage(False)`` the CPU
+        alone (its ``loader_bytes`` and ``worker_bytes`` are 0)."""
 
     def report(self) -> dict:
         """``stats()["autotune"]``: JSON types."""
