@@ -73,8 +73,9 @@ def _globals() -> tuple:
 def computed_watching(seq: Any, b: int, seed: int, epoch: int, derivation: int) -> tuple[Any, bool]:
     """Batch ``b`` of an epoch's batches ``seq``, computed in this process, and whether it drew from
     the global generators (``random``, ``numpy.random``, torch's): their states after the batch
-    are compared with their states right after the batch's seeding. Exact, whatever draws. The
-    caller's states are restored.
+    are compared with their states right after the batch's seeding (or, for a batch that is not
+    seeded because seqloader's own code alone computes it, :mod:`seqloader.loader.global_draws`,
+    with their states before it). Exact, whatever draws. The caller's states are restored.
 
     Example:
         >>> from seqloader.orders.plans import OrderPlan
@@ -93,6 +94,10 @@ def computed_watching(seq: Any, b: int, seed: int, epoch: int, derivation: int) 
     """
     snapshot = Snapshot()
     try:
+        if not getattr(seq, "draws_globals", True):   # not seeded: nothing to seed again
+            before = _globals()
+            out = seq[b]
+            return out, _differ(before, _globals())
         out = seq[b]
         after = _globals()
         seed_globals(seed, epoch, seq.key(b), derivation)

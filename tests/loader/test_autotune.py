@@ -423,3 +423,28 @@ def test_num_workers_0_gets_a_full_trial_only_if_its_first_batch_came_near_the_b
         return Config("main") in m.asked
 
     assert main_tried(8.0) and not main_tried(5.0)
+
+
+def test_a_batch_of_seqloader_s_own_code_is_not_taken_for_drawing(tmp_path):
+    """A columnar Parquet batch with torch's collate is not seeded (``loader/global_draws.py``):
+    autotune's check sees that it draws nothing, so threads stay among the candidates."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from torch.utils.data import default_convert
+
+    from seqloader.loader.autotune import computed_watching
+    from seqloader.loader.fetch import EpochBatches
+    from seqloader.loader.seeding import DERIVATION
+    from seqloader.orders.orders import RangeOrder
+    from seqloader.orders.plans import OrderPlan
+
+    pq.write_table(pa.table({"x": np.arange(16)}), str(tmp_path / "p.parquet"), row_group_size=8)
+    src = seqloader.parquet(str(tmp_path), columnar=True)
+    own = EpochBatches(src, OrderPlan(RangeOrder(16), 0, 4, False), default_convert, seed=0, epoch=0)
+    assert own.draws_globals is False
+    out, drew = computed_watching(own, 1, 0, 0, DERIVATION)
+    assert drew is False and torch.equal(out["x"], torch.arange(4, 8))
+    tuned = seqloader.DataLoader(src, batch_size=4, num_workers=2, seed=0, collate_fn=default_convert, autotune=True)
+    assert_batches_equal(list(tuned), list(seqloader.DataLoader(src, batch_size=4, seed=0, collate_fn=default_convert)))
+    assert not any("global" in why for why in tuned.stats()["autotune"]["refused"].values())
