@@ -28,7 +28,7 @@ import numpy as np
 
 __all__ = ["BatchBuffers"]
 
-def _refs(pool: list, j: int) -> int:
+def _refs(pool: list[np.ndarray], j: int) -> int:
     """``sys.getrefcount`` of ``pool[j]``, always taken by this one function (the count an
     interpreter reports for its own temporaries differs between Python versions)."""
     return sys.getrefcount(pool[j])
