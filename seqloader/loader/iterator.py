@@ -28,6 +28,7 @@ from seqloader.loader.global_rngs import Snapshot
 from seqloader.loader.progress import Mark, Progress
 from seqloader.loader.stats import LoaderStats
 from seqloader.loader.torch_compat import open_files_error, pin, poison_error, worker_error
+from seqloader.loader.torch_compat.profiler import span, span_name
 from seqloader.loader.watermark import Watermark
 from seqloader.prefetcher.faults import INDEX_ATTR, ItemTimeout, WorkerDied
 
@@ -161,6 +162,7 @@ class LoaderIterator:
         self._pin_device, self._timeout, self._window = pin_device, timeout, window
         self._owner = owner
         self._done = False
+        self._span = span_name(self)   # torch's profiler span of each next(), as torch names it
 
     def __iter__(self) -> "LoaderIterator":
         return self
@@ -174,6 +176,11 @@ class LoaderIterator:
         raise NotImplementedError
 
     def __next__(self) -> Any:
+        with span(self._span):
+            return self._deliver()
+
+    def _deliver(self) -> Any:
+        """The next batch (``__next__`` inside torch's profiler span)."""
         if self._done:
             raise StopIteration
         if self._progress.superseded(self._generation):

@@ -18,7 +18,6 @@ import multiprocessing
 import subprocess
 import sys
 import textwrap
-import threading
 import warnings
 from pathlib import Path
 
@@ -26,85 +25,15 @@ import numpy as np
 import pytest
 import torch
 
-import leaks
 import seqloader
 from contract_items import (DrawingStream, GlobalDraws, InitialSeed, RaisesAt, Strided, ThreadSafeDraws,
                             WaitsAt, Warns, WorkerInfoItems, record_worker_id,
                             seed_numpy_with_worker_id, strided_iterator)
+from contract_executors import EXECUTORS
 from forking import wait_until
 from seqloader.testing import assert_batches_equal
 
 HERE = Path(__file__).resolve().parent
-
-#: executor -> the DataLoader keywords that choose it (``{address}``: the Ray cluster's)
-EXECUTORS = {
-    "processes": dict(num_workers=2),
-    "threads": dict(num_workers=2, worker_method="thread"),
-    "threads_in_processes": dict(num_workers=2, threads_per_worker=2),
-    "ray": dict(num_workers=2, worker_method="ray"),
-}
-#: the executors whose workers are processes (a worker can die, and be replaced)
-PROCESS_BASED = ["processes", "threads_in_processes", "ray"]
-
-_cluster: dict = {}  # the module's Ray cluster, once a Ray case started it
-_ORIGINAL_CODE = {"initial_seed": torch.random.initial_seed.__code__,
-                  "get_worker_info": torch.utils.data.get_worker_info.__code__}
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    from ray_cluster import cluster_fixture  # imports Ray only when a Ray case runs
-
-    gen = cluster_fixture()
-    _cluster["cluster"] = next(gen)
-    try:
-        yield _cluster["cluster"]
-    finally:
-        _cluster.clear()
-        next(gen, None)
-
-
-@pytest.fixture
-def no_leaks():
-    """No worker process, shared-memory segment or Ray actor outlives a test; once the module's
-    cluster runs, its own processes are not the test's (``tests/ray_cluster.py``)."""
-    if "cluster" in _cluster:
-        from ray_cluster import leak_check
-
-        yield from leak_check(_cluster["cluster"])
-    else:
-        yield from leaks.leak_free()
-    gc.collect()  # an error's traceback may hold the iterator, hence its thread workers, in a cycle
-    assert wait_until(lambda: not _thread_workers(), 60), f"thread workers outlived the test: {_thread_workers()}"
-    # ... and so did what they changed process-wide (torch's code objects, patched while they live)
-    assert torch.random.initial_seed.__code__ is _ORIGINAL_CODE["initial_seed"]
-    assert torch.utils.data.get_worker_info.__code__ is _ORIGINAL_CODE["get_worker_info"]
-
-
-def _thread_workers() -> list:
-    return [t.name for t in threading.enumerate() if t.name.startswith("seqloader-worker-") and t.is_alive()]
-
-
-@pytest.fixture(params=list(EXECUTORS))
-def executor(request):
-    """The DataLoader keywords of one executor (``request.param``), checked for leaks."""
-    return _keywords(request)
-
-
-def _keywords(request) -> dict:
-    kw = dict(EXECUTORS[request.param])
-    if request.param == "ray":  # the cluster first: its processes are not the test's leaks
-        cluster = request.getfixturevalue("ray_cluster")
-        kw["worker_method"] = seqloader.RayWorkers(address=cluster.address)
-    request.getfixturevalue("no_leaks")
-    return kw
-
-
-@pytest.fixture(params=PROCESS_BASED)
-def process_executor(request):
-    """The executors whose workers are processes (threads share the training process)."""
-    return _keywords(request)
-
 
 def batches(**kw) -> list:
     return list(seqloader.DataLoader(**kw))
