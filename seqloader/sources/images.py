@@ -19,21 +19,30 @@ each library was built with: with Pillow 13 (libjpeg-turbo 3.2) and simplejpeg 1
 equal, bit for bit, for baseline and progressive YCbCr and gray JPEGs (CMYK ones: within one
 level); other builds may differ by a few levels, so pick one decoder for a run you resume.
 Neither applies EXIF orientation (PIL's ``Image.open`` does not either).
+
+Where the two libraries differ on bad input, and what seqloader makes of it: simplejpeg raises
+``ValueError`` where PIL raises ``OSError``, and simplejpeg refuses a JPEG that lacks only its end
+marker (``FF D9``), which PIL decodes. Both become one :class:`ImageDecodeError`, an ``OSError``
+(what a PIL user's ``except OSError`` catches) that is also a ``ValueError``, whose message names
+the library and the byte size (``decode_image: PIL could not decode these 0 bytes (...)``). With
+``decoder="auto"``, a JPEG simplejpeg refuses is handed to PIL, which decodes it (the pixels are
+PIL's) or raises; ``decoder="simplejpeg"`` keeps simplejpeg's refusal. A truncated JPEG is refused
+by both.
 """
 
 from __future__ import annotations
 
 import functools
 import io
+import re
 from typing import Any
 
 import numpy as np
 
-from seqloader.errors import add_note
 from seqloader.sources._process import optional_import
 from seqloader.sources._progress import log
 
-__all__ = ["ImageDecoder", "decode_image", "DECODERS", "MODES"]
+__all__ = ["ImageDecodeError", "ImageDecoder", "decode_image", "DECODERS", "MODES"]
 
 _OP = "decode_image"
 #: The values of ``decoder=``.
@@ -41,6 +50,7 @@ DECODERS = ("auto", "simplejpeg", "pil")
 #: The values of ``mode=``.
 MODES = ("RGB", "L")
 _JPEG_MAGIC = b"\xff\xd8\xff"
+_BUFFER_REPR = re.compile(r" <_io\.BytesIO object at 0x[0-9a-fA-F]+>")
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,14 +85,25 @@ def _luma(rgb: np.ndarray) -> np.ndarray:
     return ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).astype(np.uint8)
 
 
+class ImageDecodeError(OSError, ValueError):
+    """Encoded bytes that could not be decoded: an ``OSError``, as PIL raises (``except OSError``
+    catches it whichever library refused), and a ``ValueError``, as simplejpeg raises. The message
+    names the byte size and the library; the library's own error is the ``__cause__``."""
+
+
+def _refused(data: Any, library: str, exc: BaseException, hint: str) -> ImageDecodeError:
+    reason = _BUFFER_REPR.sub("", str(exc))   # PIL names the in-memory file it was given: say nothing of it
+    return ImageDecodeError(f"{_OP}: {library} could not decode these {len(data)} bytes ({reason}); {hint}")
+
+
 def _with_simplejpeg(data: Any, mode: str) -> np.ndarray:
     import simplejpeg
 
     try:
         rgb = simplejpeg.decode_jpeg(data, colorspace="RGB")   # the GIL is released while it works
     except ValueError as exc:
-        add_note(exc, f"{_OP}: simplejpeg could not decode these {len(data)} bytes (a corrupt or truncated JPEG?)")
-        raise
+        raise _refused(data, "simplejpeg", exc, "a corrupt or truncated JPEG? (PIL decodes a JPEG "
+                       "that lacks only its end marker: decoder='auto' or 'pil')") from exc
     return _luma(rgb) if mode == "L" else np.ascontiguousarray(rgb)
 
 
@@ -92,16 +113,24 @@ def _with_pil(data: Any, mode: str) -> np.ndarray:
         with image.open(io.BytesIO(data)) as img:
             pixels = np.array(img.convert(mode))   # (a writable copy)
     except (OSError, ValueError, SyntaxError) as exc:   # PIL's UnidentifiedImageError is an OSError
-        add_note(exc, f"{_OP}: PIL could not decode these {len(data)} bytes (a corrupt image, or not an image?)")
-        raise
+        raise _refused(data, "PIL", exc, "a corrupt or truncated image, or not an image?") from exc
     return pixels
 
 
-def _decode(data: Any, mode: str, jpeg: str) -> np.ndarray:
+def _decode(data: Any, mode: str, jpeg: str, auto: bool) -> np.ndarray:
+    """``jpeg``: the library for JPEGs; ``auto``: a JPEG simplejpeg refuses goes to PIL, which decides."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"{_OP}: data must be bytes (got {type(data).__name__})")
     if jpeg == "simplejpeg" and bytes(data[:3]) == _JPEG_MAGIC:
-        return _with_simplejpeg(data, mode)
+        if not auto:
+            return _with_simplejpeg(data, mode)
+        try:
+            return _with_simplejpeg(data, mode)
+        except ImageDecodeError as refused:
+            try:
+                return _with_pil(data, mode)
+            except ImageDecodeError as exc:
+                raise exc from refused   # PIL's refusal, with simplejpeg's as its cause
     return _with_pil(data, mode)
 
 
@@ -121,12 +150,15 @@ def decode_image(data: bytes, *, mode: str = "RGB", decoder: str = "auto") -> np
         A writable, C-contiguous uint8 array: ``numpy.asarray(PIL.Image.open(...).convert(mode))``.
 
     Raises:
-        ValueError: ``mode`` or ``decoder`` is not one of its values; simplejpeg cannot decode
-            ``data`` (with a note saying so).
+        ValueError: ``mode`` or ``decoder`` is not one of its values.
         ImportError: ``decoder="simplejpeg"`` without simplejpeg, or a non-JPEG without PIL
             (``pip install seqloader[images]``).
         TypeError: ``data`` is not bytes.
-        OSError: PIL cannot decode ``data`` (``PIL.UnidentifiedImageError``, a truncated file).
+        ImageDecodeError: ``data`` cannot be decoded (empty, not an image, truncated or corrupt):
+            an ``OSError``, as PIL's errors are, and a ``ValueError``, as simplejpeg's are; the
+            message names the byte size and the library. With ``decoder="auto"`` a JPEG that
+            simplejpeg refuses (one that lacks only its end marker, say) goes to PIL, which
+            decodes it or raises; with ``decoder="simplejpeg"`` simplejpeg's refusal is final.
 
     Example:
         >>> import io, numpy as np
@@ -140,8 +172,11 @@ def decode_image(data: bytes, *, mode: str = "RGB", decoder: str = "auto") -> np
         >>> decode_image(buf.getvalue(), decoder="turbo")
         Traceback (most recent call last):
         ValueError: decode_image: decoder must be one of 'auto', 'simplejpeg', 'pil' (got 'turbo')
+        >>> decode_image(b"")
+        Traceback (most recent call last):
+        seqloader.sources.images.ImageDecodeError: decode_image: PIL could not decode these 0 bytes (...)...
     """
-    return _decode(data, _check_mode(mode, _OP), _resolve(decoder, _OP))
+    return _decode(data, _check_mode(mode, _OP), _resolve(decoder, _OP), decoder == "auto")
 
 
 class ImageDecoder:
@@ -175,24 +210,25 @@ class ImageDecoder:
         ValueError: ImageDecoder: mode must be one of 'RGB', 'L' (got 'RGBA')
     """
 
-    __slots__ = ("jpeg", "mode")
+    __slots__ = ("jpeg", "mode", "auto")
 
     def __init__(self, decoder: str = "auto", mode: str = "RGB"):
         self.mode = _check_mode(mode, "ImageDecoder")
         self.jpeg = _resolve(decoder, "ImageDecoder")
+        self.auto = decoder == "auto"   # a JPEG simplejpeg refuses goes to PIL, as decode_image's
         if decoder == "auto":
             log.info("ImageDecoder: decoder='auto' decodes JPEGs with %s%s", self.jpeg,
                      "" if self.jpeg == "simplejpeg" else " (simplejpeg is not installed: "
                      "`pip install seqloader[images]` for a decoder that releases the GIL)")
 
     def __call__(self, data: bytes) -> np.ndarray:
-        return _decode(data, self.mode, self.jpeg)
+        return _decode(data, self.mode, self.jpeg, self.auto)
 
-    def __getstate__(self) -> dict[str, str]:
-        return {"jpeg": self.jpeg, "mode": self.mode}
+    def __getstate__(self) -> dict[str, Any]:
+        return {"jpeg": self.jpeg, "mode": self.mode, "auto": self.auto}
 
-    def __setstate__(self, state: dict[str, str]) -> None:
-        self.mode = state["mode"]
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.mode, self.auto = state["mode"], state.get("auto", False)
         self.jpeg = _resolve(state["jpeg"], "ImageDecoder")   # a worker without simplejpeg raises here
 
     def __repr__(self) -> str:

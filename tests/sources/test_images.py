@@ -126,15 +126,37 @@ def test_bad_arguments_name_the_argument():
         ImageDecoder(decoder=None)
 
 
-@pytest.mark.parametrize("decoder", ["simplejpeg", "pil"])
-def test_a_corrupt_jpeg_raises_with_a_note_naming_the_decoder(decoder):
+@pytest.mark.parametrize("decoder", ["auto", "simplejpeg", "pil"])
+@pytest.mark.parametrize("bad", ["truncated", "empty", "garbage", "jpeg magic then garbage"])
+def test_bad_bytes_raise_an_oserror_naming_the_library_and_the_size(decoder, bad):
     if decoder == "simplejpeg" and not images._simplejpeg_installed():
         pytest.skip("simplejpeg is not installed (the images extra)")
-    cut = JPEGS["baseline 4:4:4"][:60]
-    with pytest.raises((ValueError, OSError)) as info:
-        decode_image(cut, decoder=decoder)
-    assert any(f"decode_image: {'simplejpeg' if decoder == 'simplejpeg' else 'PIL'} could not decode" in n
-               for n in info.value.__notes__)
+    data = {"truncated": JPEGS["baseline 4:4:4"][:60], "empty": b"", "garbage": b"hello world",
+            "jpeg magic then garbage": b"\xff\xd8\xff" + b"x" * 10}[bad]
+    library = "simplejpeg" if decoder == "simplejpeg" and data[:3] == b"\xff\xd8\xff" else "PIL"
+    with pytest.raises(OSError, match=rf"^decode_image: {library} could not decode these {len(data)} bytes \(") as info:
+        decode_image(data, decoder=decoder)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, images.ImageDecodeError)
+    assert "BytesIO object at" not in str(info.value)
+    assert info.value.__cause__ is not None   # the library's own error
+
+
+def _without_end_marker(jpeg: bytes) -> bytes:
+    assert jpeg[-2:] == b"\xff\xd9"
+    return jpeg[:-2] + b"\x00" * 8   # the end marker lost, the file padded (as some writers leave it)
+
+
+@needs_simplejpeg
+def test_a_jpeg_without_its_end_marker_decodes_as_pil_decodes_it_unless_simplejpeg_is_asked_for():
+    data = _without_end_marker(JPEGS["baseline 4:4:4"])
+    expected = decode_image(data, decoder="pil")
+    assert np.array_equal(decode_image(data), expected)                  # auto: PIL takes simplejpeg's refusal
+    assert np.array_equal(images.ImageDecoder()(data), expected)
+    assert np.array_equal(pickle.loads(pickle.dumps(images.ImageDecoder()))(data), expected)
+    with pytest.raises(OSError, match="simplejpeg could not decode .*Premature end of JPEG file"):
+        decode_image(data, decoder="simplejpeg")
+    with pytest.raises(OSError, match="simplejpeg could not decode"):
+        images.ImageDecoder("simplejpeg")(data)
 
 
 @needs_simplejpeg
