@@ -30,6 +30,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       "`pip install seqloader[transformers]` (or `pip install transformers`)") from exc
 
 from seqloader.loader.dataloader import DataLoader
+from seqloader.loader.saving import len_or_none
 
 __all__ = ["SeqloaderCallback"]
 
@@ -101,7 +102,7 @@ class SeqloaderCallback(TrainerCallback, ExportableState):
             raise ValueError(f"{_NAME}: TrainingArguments(ignore_data_skip=False) makes the Trainer "
                              "replay the resumed epoch with accelerate's skip_first_batches, which rebuilds a "
                              "torch DataLoader; set ignore_data_skip=True (the loader's state seeks instead)")
-        steps, accum = _len_or_none(loader), args.gradient_accumulation_steps
+        steps, accum = len_or_none(loader), args.gradient_accumulation_steps
         if steps is not None and accum > 1 and steps % accum:
             raise ValueError(f"{_NAME}: gradient_accumulation_steps={accum} does not divide the {steps} "
                              "batches of an epoch; with ignore_data_skip=True the Trainer skips the "
@@ -162,10 +163,3 @@ def _finish_epoch(loader: DataLoader, saved: dict) -> None:
         raise ValueError(f"{_NAME}: the checkpoint's loader state (epoch {saved['epoch']}, position "
                          f"{saved['position']}) is not at the end of its epoch, but the Trainer finished that "
                          "epoch; was the loader built with other arguments?")
-
-
-def _len_or_none(loader: Any) -> Optional[int]:
-    try:
-        return len(loader)
-    except TypeError:
-        return None

@@ -22,6 +22,7 @@ from typing import Any, Optional, Protocol
 
 from seqloader.loader import world
 from seqloader.loader.custom_order import CustomOrder
+from seqloader.loader.fetch import EpochBatches
 from seqloader.loader.progress import Progress
 from seqloader.loader.recipe import Recipe
 from seqloader.loader.recipe_control import RecipeControl
@@ -59,7 +60,9 @@ class Settings(Protocol):
 
 def epoch_batches(recipe: Recipe, progress: Progress) -> tuple[Any, frozenset]:
     """The batches of the progress's epoch from its position, and those to skip (``ahead``)."""
-    seq = recipe.batches(progress.epoch, progress.position, progress.step)
+    epoch = progress.epoch
+    seq = EpochBatches(recipe.dataset_for(epoch), recipe.plan(epoch, progress.position, step=progress.step),
+                       recipe.collate_fn, recipe.seed, epoch, recipe.derivation)
     skip = frozenset(seq.batch_of(k) for k in progress.ahead)
     if None in skip:
         raise ValueError(f"DataLoader: the loaded state's 'ahead' keys {list(progress.ahead)} are not all "

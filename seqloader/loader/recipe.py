@@ -9,9 +9,12 @@ is a pure function of ``(recipe, epoch, position)`` and the rank:
 * :meth:`Recipe.order` -- the epoch's global order (:mod:`seqloader.orders.orders`);
 * :meth:`Recipe.plan` -- that order cut into this rank's batches from a sample ``position`` on
   (:mod:`seqloader.orders.plans`);
-* :meth:`Recipe.batches` -- the lazy sequence of those batches (seed, fetch, collate;
-  :class:`~seqloader.loader.fetch.EpochBatches`);
 * :meth:`Recipe.indices_at` -- the indices of one step, computed without iterating.
+
+The recipe says which indices are read, never how: reading them (seed, fetch, collate) is
+:class:`~seqloader.loader.fetch.EpochBatches` over :meth:`Recipe.dataset_for` and
+:meth:`Recipe.plan` (built by :func:`seqloader.loader.reading.epoch_batches`), so the recipe
+does not import the fetching side.
 
 The loader builds its recipe from its attributes when an epoch opens (torch lets users change
 ``collate_fn`` after construction), and a loaded state replaces the seed and derivation.
@@ -28,11 +31,9 @@ from seqloader.errors import check_int, check_nonnegative_int
 from seqloader.loader import world
 from seqloader.loader.changes import RecipeChanges
 from seqloader.loader.custom_order import CustomOrder
-from seqloader.loader.fetch import EpochBatches
 from seqloader.orders.holes import HoledOrder
-from seqloader.orders.orders import Order, RangeOrder, builtin_order
+from seqloader.orders.orders import DERIVATION, Order, RangeOrder, builtin_order
 from seqloader.orders.plans import OrderPlan
-from seqloader.loader.seeding import DERIVATION
 from seqloader.orders.steps import BatchSizes
 
 __all__ = ["Recipe"]
@@ -43,7 +44,7 @@ class Recipe:
     """Which indices each batch of each epoch reads; see the module docstring.
 
     Attributes:
-        dataset: the map-style dataset (only :meth:`batches` reads it).
+        dataset: the map-style dataset (the recipe reads only its length and weights; fetching reads it).
         dataset_len: ``len(dataset)``.
         batch_size, drop_last, collate_fn: as in torch's ``DataLoader``.
         shuffle: the built-in order is shuffled (ignored with ``sampler`` or ``custom``).
@@ -116,11 +117,6 @@ class Recipe:
         if rank is None or world_size is None:
             rank, world_size = world.current_world()
         return OrderPlan(self.order(epoch), position, self._sizes(), self.drop_last, rank, world_size, step)
-
-    def batches(self, epoch: int, position: int, step: int = 0) -> EpochBatches:
-        """The lazy sequence of this rank's batches of ``epoch`` from ``position`` on."""
-        return EpochBatches(self.dataset_for(epoch), self.plan(epoch, position, step=step), self.collate_fn,
-                            self.seed, epoch, self.derivation)
 
     def batches_per_epoch(self, rank: Optional[int] = None, world_size: Optional[int] = None,
                           first_step: int = 0) -> int:

@@ -202,7 +202,12 @@ def check_ahead(saved: LoaderState, world_size: int) -> None:
 
 
 def len_or_none(obj: Any) -> Optional[int]:
-    """``len(obj)``, or ``None`` when it has none (an ``IterableDataset``, a sampler without ``__len__``)."""
+    """``len(obj)``, or ``None`` when it has none (an ``IterableDataset``, a sampler without ``__len__``).
+
+    Example:
+        >>> len_or_none([1, 2]), len_or_none(iter([1, 2]))
+        (2, None)
+    """
     try:
         return len(obj)
     except TypeError:

@@ -38,6 +38,23 @@ def check_sequence(op: str, arg: str, seq: Any) -> int:
     return len(seq)
 
 
+def check_sequences(op: str, seqs: Any, what: str = "an iterable of sequences") -> tuple[tuple[Any, ...], list[int]]:
+    """``(seqs, lens)``: the sequences of ``seqs`` (an iterable, not a string) as a tuple, and their
+    lengths, each checked by :func:`check_sequence` as ``seqs[k]``.
+
+    Example:
+        >>> check_sequences("collate", iter([[1, 2], "ab"]))
+        (([1, 2], 'ab'), [2, 2])
+        >>> check_sequences("collate", 5)
+        Traceback (most recent call last):
+        TypeError: collate: seqs must be an iterable of sequences (got int)
+    """
+    if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__iter__"):
+        raise TypeError(f"{op}: seqs must be {what} (got {type(seqs).__name__})")
+    seqs = tuple(seqs)
+    return seqs, [check_sequence(op, f"seqs[{k}]", s) for k, s in enumerate(seqs)]
+
+
 def read(seq: Sequence[T], i: int) -> T:
     """Item ``i`` (``0 <= i < len(seq)``) of ``seq``, skipping the bounds check of our own ops."""
     if isinstance(seq, LazySequence):

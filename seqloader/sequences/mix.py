@@ -24,7 +24,7 @@ import numpy as np
 from seqloader.errors import check_nonnegative_int
 from seqloader.orders.permutation import MAX_N, FeistelPermutation
 from seqloader.rng import check_seed, derive_seed
-from seqloader.sequences._util import check_sequence, read
+from seqloader.sequences._util import check_sequences, read
 from seqloader.sequences.base import LazySequence
 from seqloader.sequences.mix_schedule import MixSchedule
 from seqloader.sequences.describe import Stage
@@ -121,12 +121,9 @@ def _block_schedule(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class _Mix(LazySequence[Any]):
     def __init__(self, seqs: Any, weights: Any, seed: Optional[int], stop: Optional[str],
                  length: Optional[int]):
-        if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__iter__"):
-            raise TypeError(f"mix: seqs must be a sequence of sequences (got {type(seqs).__name__})")
-        seqs = tuple(seqs)
+        seqs, lens = check_sequences("mix", seqs, "a sequence of sequences")
         if not seqs:
             raise ValueError("mix: seqs must not be empty; give at least one source")
-        lens = [check_sequence("mix", f"seqs[{i}]", s) for i, s in enumerate(seqs)]
         for i, n in enumerate(lens):
             if n == 0:
                 raise ValueError(f"mix: seqs[{i}] is empty; every source needs at least one item")

@@ -18,7 +18,7 @@ import numpy as np
 from seqloader.errors import check_nonnegative_int
 from seqloader.orders.permutation import FeistelPermutation
 from seqloader.rng import check_seed
-from seqloader.sequences._util import check_sequence, read
+from seqloader.sequences._util import check_sequence, check_sequences, read
 from seqloader.sequences.base import IndexMap, LazySequence, Positions
 from seqloader.sequences.describe import Stage, digest
 
@@ -172,13 +172,11 @@ def shuffle(seq: Sequence[T], seed: int) -> LazySequence[T]:
 
 class _Concatenate(LazySequence[T]):
     def __init__(self, seqs: Iterable[Sequence[T]]):
-        if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__iter__"):
-            raise TypeError(f"concatenate: seqs must be an iterable of sequences (got {type(seqs).__name__})")
-        seqs = list(seqs)
-        total = sum(check_sequence("concatenate", f"seqs[{k}]", s) for k, s in enumerate(seqs))
+        parts, lens = check_sequences("concatenate", seqs)
+        total = sum(lens)
         if total > sys.maxsize:
             raise ValueError(f"concatenate: the total length must be < 2**63 (got {total})")
-        self._seqs = tuple(seqs)
+        self._seqs: tuple[Sequence[T], ...] = parts
         self._ends = list(itertools.accumulate(len(s) for s in self._seqs))  # end of each part
         self._len = total
 

@@ -11,7 +11,7 @@ import sys
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from seqloader.errors import annotate
-from seqloader.sequences._util import check_callable, check_sequence, fname, read
+from seqloader.sequences._util import check_callable, check_sequence, check_sequences, fname, read
 from seqloader.sequences.base import LazySequence
 from seqloader.sequences.describe import Stage
 
@@ -22,12 +22,9 @@ R = TypeVar("R")
 
 class _Collate(LazySequence[tuple[Any, ...]]):
     def __init__(self, seqs: Iterable[Sequence[Any]]):
-        if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__iter__"):
-            raise TypeError(f"collate: seqs must be an iterable of sequences (got {type(seqs).__name__})")
-        seqs = tuple(seqs)
+        seqs, lens = check_sequences("collate", seqs)
         if not seqs:
             raise ValueError("collate: seqs must hold at least one sequence (got none)")
-        lens = [check_sequence("collate", f"seqs[{k}]", s) for k, s in enumerate(seqs)]
         if any(n != lens[0] for n in lens):
             raise ValueError(f"collate: sequences must have equal lengths (got {', '.join(map(str, lens))})")
         self._seqs = seqs

@@ -47,12 +47,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from seqloader.errors import add_note, annotate, check_positive_int, note_stage
+from seqloader.errors import add_note, annotate, check_positive_int
 from seqloader.sequences._util import check_bool, check_callable, fname
 from seqloader.sources._slots import Block, Slots, slot_rows
 from seqloader.sources._to_numpy import to_numpy
 from seqloader.sources._process import ProcessLocal
-from seqloader.sources.base import Positions, Source, group_by_block
+from seqloader.sources.base import Positions, Source, group_by_block, transform_items
 
 __all__ = ["DEFAULT_CACHE_BLOCKS", "TableSource", "to_numpy"]
 
@@ -95,6 +95,11 @@ class TableSource(Source[Any]):
         self._cache_sized = False   # a loader has sized it (from then on it only grows)
         self._slots: ProcessLocal[Slots] = ProcessLocal(functools.partial(Slots, self._cache_blocks, self._op))
         self._rows_per_slot: int | None = None   # slot_rows of the index, computed on first use
+
+    def __getstate__(self) -> dict[str, Any]:
+        # _rows_per_slot is derived on first use in each process: not pickled, so that a source
+        # read before describes itself (a packing index's key) as one not yet read
+        return {**self.__dict__, "_rows_per_slot": None}
 
     @property
     def columns(self) -> list[str]:
@@ -218,14 +223,8 @@ class TableSource(Source[Any]):
                 for w, r in zip(where.tolist(), rows[where].tolist()):
                     out[w] = self._row(cols, r)
         if self._transform is not None:
-            w = 0
-            try:  # (one try for the batch rather than a context manager per row)
-                for w in range(len(out)):
-                    out[w] = self._transform(out[w])
-            except Exception as exc:
-                note_stage(exc, self, int(positions[w]))
-                add_note(exc, f"{self._op}: row {int(rows[w])} of {self._block_name(int(blocks[w]))}")
-                raise
+            transform_items(self, self._transform, out, positions,
+                            lambda w: f"{self._op}: row {int(rows[w])} of {self._block_name(int(blocks[w]))}")
         return out
 
     def _repr_args(self) -> str:

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from seqloader.errors import add_note, note_stage
 from seqloader.sequences.base import LazySequence
 from seqloader.sequences.describe import Stage
 
 if TYPE_CHECKING:
     from seqloader.sources._storage import Files
 
-__all__ = ["BlockIndex", "Source", "group_by_block"]
+__all__ = ["BlockIndex", "Source", "group_by_block", "transform_items"]
 
 T_co = TypeVar("T_co", covariant=True)
 Positions = npt.NDArray[np.int64]
@@ -89,6 +90,27 @@ def group_by_block(blocks: Positions) -> list[tuple[int, Positions]]:
     bounds = [0, *(np.flatnonzero(sorted_blocks[1:] != sorted_blocks[:-1]) + 1).tolist(), int(blocks.size)]
     keys = sorted_blocks[bounds[:-1]].tolist()
     return [(b, order[s:e]) for b, s, e in zip(keys, bounds[:-1], bounds[1:])]
+
+
+def transform_items(stage: Any, transform: Callable[[Any], Any], items: list[Any], positions: Positions,
+                    where: Callable[[int], str]) -> list[Any]:
+    """``items`` with ``transform`` applied to each, in place (one ``try`` for the batch rather than
+    a context manager per item). An error gains the note of ``stage`` at ``positions[w]`` and
+    ``where(w)`` (which row or sample of which file), and is raised again, its own type kept.
+
+    Example:
+        >>> transform_items("src", str.upper, ["a", "b"], np.array([4, 5]), lambda w: f"row {w}")
+        ['A', 'B']
+    """
+    w = 0
+    try:
+        for w in range(len(items)):
+            items[w] = transform(items[w])
+    except Exception as exc:
+        note_stage(exc, stage, int(positions[w]))
+        add_note(exc, where(w))
+        raise
+    return items
 
 
 def fingerprint_of(description: Sequence[Sequence[Any]]) -> str:

@@ -16,7 +16,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from seqloader.errors import add_note, note_stage
 from seqloader.sequences._util import check_bool, check_callable, fname
 from seqloader.sources._listing import resolve
 from seqloader.sources._process import Threads
@@ -25,7 +24,7 @@ from seqloader.sources._sample import sample_digest
 from seqloader.sources._storage import Files
 from seqloader.sources._tar_cache import load_or_scan
 from seqloader.sources._tar_index import COMPRESSED_SUFFIXES, ShardIndex, compression_of
-from seqloader.sources.base import BlockIndex, Positions, Source, group_by_block
+from seqloader.sources.base import BlockIndex, Positions, Source, group_by_block, transform_items
 
 __all__ = ["tar_shards"]
 
@@ -143,15 +142,9 @@ class _TarShards(Source[Any]):
                         item[f] = blob[x - start:x - start + k]
                 out[w] = item
         if self._transform is not None:
-            w = 0
-            try:  # (one try for the batch rather than a context manager per sample)
-                for w in range(len(out)):
-                    out[w] = self._transform(out[w])
-            except Exception as exc:
-                s = int(shards[w])
-                note_stage(exc, self, int(positions[w]))
-                add_note(exc, f"{_OP}: sample {str(self._shards[s].keys[samples[w]])!r} of {self._files.infos[s].path}")
-                raise
+            transform_items(self, self._transform, out, positions, lambda w: (
+                f"{_OP}: sample {str(self._shards[int(shards[w])].keys[samples[w]])!r} of "
+                f"{self._files.infos[int(shards[w])].path}"))
         return out
 
     def __repr__(self) -> str:

@@ -7,6 +7,8 @@ Every comparison is with an uninterrupted run, batch by batch (``torch.equal``) 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -319,3 +321,13 @@ def test_skip_refuses_indices_outside_the_dataset_and_steps_past_the_epoch():
     run.skip(indices=[19], steps=(3, 5))  # the last steps of the epoch, and the last index: accepted
     rest = [b.tolist() for b in it]
     assert len(rest) == 2 and 19 not in {x for b in rest for x in b}
+
+
+def test_the_recipe_does_not_import_the_fetching_side():
+    """Which indices a batch reads is decided without fetching: importing the recipe (and its
+    control) loads neither ``loader.fetch`` nor the prefetcher."""
+    code = ("import sys, seqloader.loader.recipe, seqloader.loader.recipe_control\n"
+            "print(sorted(m for m in sys.modules if m == 'seqloader.loader.fetch' or m.startswith('seqloader.prefetcher')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -10,6 +10,7 @@ import os
 import pickle
 import re
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -152,6 +153,32 @@ def test_another_function_in_the_pipeline_is_another_input(tmp_path):
     with pytest.warns(RuntimeWarning, match=r"stale: built from another input"):
         assert len(b) == len(items(b))
     assert b.index_stats()["index"] == "built" and b.index_stats()["tokens"] == sum(min(3, n) for n in LENGTHS)
+
+
+def test_an_edited_predicate_is_another_index():
+    """A function is described by what it computes (code, constants, closure), not its name alone:
+    two lambdas of one name that keep other items never share an index (``keep`` cannot check a
+    loaded index against its items, as ``pack`` checks lengths)."""
+    first = sl.keep(lambda d: len(d) > 8, Docs(LENGTHS), window=5)
+    edited = sl.keep(lambda d: len(d) > 3, Docs(LENGTHS), window=5)
+    assert len(first) == sum(n > 8 for n in LENGTHS)
+    with pytest.warns(RuntimeWarning, match=r"stale: built from another input \(input changed\)"):
+        assert [len(x) for x in edited] == [n for n in LENGTHS if n > 3]
+
+
+def test_a_source_read_before_describes_itself_as_before(tmp_path):
+    """What a source derives on its first read is not part of its description: a second op over
+    the same, already read, source loads the first one's index (no stale warning, no rebuild)."""
+    path = str(tmp_path / "docs.parquet")
+    _parquet(path, LENGTHS)
+    src = sl.parquet(path, columns=["tokens"])
+    first = sl.pack(sl.smap(operator.itemgetter("tokens"), src), 16, window=4)
+    want = items(first)  # reads src
+    again = sl.pack(sl.smap(operator.itemgetter("tokens"), src), 16, window=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert items(again) == want
+    assert again.index_stats()["index"] == "loaded" and again.index_stats()["items_read"] == 0
 
 
 def test_stale_lengths_in_a_file_are_refused_when_an_item_is_read(tmp_path):
