@@ -96,6 +96,14 @@ class TableSource(Source[Any]):
         self._slots: ProcessLocal[Slots] = ProcessLocal(functools.partial(Slots, self._cache_blocks, self._op))
         self._rows_per_slot: int | None = None   # slot_rows of the index, computed on first use
 
+    def _cap_cache(self) -> None:
+        """An explicit ``cache_blocks`` beyond the source's blocks keeps them all: no more (called
+        once the index is built; ``cache_blocks=10**12`` would size the arena for 10**12 blocks)."""
+        blocks = max(len(self._where), 1)
+        if self._cache_cap is not None and self._cache_cap > blocks:
+            self._cache_cap = self._cache_blocks = blocks
+            self._slots = ProcessLocal(functools.partial(Slots, blocks, self._op))
+
     def __getstate__(self) -> dict[str, Any]:
         # _rows_per_slot is derived on first use in each process: not pickled, so that a source
         # read before describes itself (a packing index's key) as one not yet read

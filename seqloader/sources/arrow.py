@@ -119,6 +119,7 @@ class _ArrowIPC(TableSource):
         self._files.contents = [f"footer:{d}" for _, _, d in opened]
         self._index = BlockIndex([n for _, counts, _ in opened for n in counts])
         self._where = [(k, g) for k, (_, counts, _) in enumerate(opened) for g in range(len(counts))]
+        self._cap_cache()
 
     def _open_file(self, k: int, check: bool = True) -> tuple[Any, str]:
         """This process's reader of file ``k`` (memory-mapped locally; range reads remotely) and the

@@ -17,6 +17,7 @@ process and on every rank; item ``p`` is ``(data, label)`` with ``data`` the byt
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any, Callable, Sequence, cast
 
@@ -69,6 +70,9 @@ def _check_root_files(root: str, names: list[str], exts: Sequence[str] | None) -
 
 
 def _list_local(root: str, exts: Sequence[str] | None) -> tuple[list[str], list[FileInfo], list[int]]:
+    if os.path.exists(root) and not os.path.isdir(root):   # torchvision's scandir says so too
+        raise NotADirectoryError(errno.ENOTDIR, f"{_OP}: not a directory (root is the folder of the class "
+                                 "folders: root/<class>/<file>)", root)
     if not os.path.isdir(root):
         raise _missing(_OP, root)
     entries = list(os.scandir(root))
@@ -203,6 +207,7 @@ def image_folder(root: Any, *, extensions: Sequence[str] | None = IMAGE_EXTENSIO
     Raises:
         FileNotFoundError: ``root`` does not exist or has no sub-folder; a class folder holds no
             file with those endings (torchvision's "Found no valid file for the classes ...").
+        NotADirectoryError: ``root`` is a file.
         ValueError: a file lies directly in ``root`` (not in a class folder).
 
     Example:

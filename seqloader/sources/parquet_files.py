@@ -115,6 +115,7 @@ class _Parquet(TableSource):
             where += [(k, g) for g in range(meta.num_row_groups)]
         self._index = BlockIndex(counts)
         self._where = where
+        self._cap_cache()
         self._open: HandleCache[Any] = HandleCache()  # per process and thread: open ParquetFile objects (local)
 
     def _init_columns(self, schemas: list[Any]) -> None:

@@ -48,6 +48,10 @@ def test_image_folder_lists_once_sorted_with_classes_from_folder_names(root):
 def test_image_folder_errors(root, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"image_folder: no such file or directory: .*missing"):
         image_folder(tmp_path / "missing")
+    (tmp_path / "file.png").write_bytes(b"x")
+    with pytest.raises(NotADirectoryError, match=r"image_folder: not a directory \(root is the folder of the "
+                                                 r"class folders: root/<class>/<file>\): .*file\.png"):
+        image_folder(tmp_path / "file.png")
     (root / "stray.png").write_bytes(b"x")
     with pytest.raises(ValueError, match=r"stray\.png is not inside a class folder"):
         image_folder(root)

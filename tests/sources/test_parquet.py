@@ -116,6 +116,16 @@ def test_a_batch_decodes_each_row_group_once_and_the_cache_is_bounded(files):
                                      for p, groups in zip(files, LAYOUT) for g in range(len(groups)) if groups[g])
 
 
+@pytest.mark.parametrize("cache_blocks", [10**12, 10**8, 2**63])
+def test_a_cache_larger_than_the_source_keeps_every_row_group_and_no_more(files, cache_blocks):
+    src = parquet(files, columnar=True, cache_blocks=cache_blocks)
+    assert src.cache_blocks == sum(len(groups) for groups in LAYOUT)   # (an empty row group is a block too)
+    assert src.__getitems__(list(range(N)))["x"].tolist() == parquet(files, columnar=True).__getitems__(
+        list(range(N)))["x"].tolist()
+    with pytest.raises(ValueError, match=r"parquet: cache_blocks must be a positive int \(got 0\)"):
+        parquet(files, cache_blocks=0)
+
+
 def test_pickles_without_open_files_or_caches(files):
     src = parquet(files, columnar=True)
     src.__getitems__([0, 20])
