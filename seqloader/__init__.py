@@ -15,8 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-#: the release; the build reads it (``setup.cfg``: ``version = attr: seqloader.__version__``)
-__version__ = "0.4.0"
+from seqloader._version import __version__  # the release, in one module (the build and the state read it there)
 
 #: public name -> the module that defines it
 _EXPORTS = {
@@ -57,6 +56,8 @@ _EXPORTS = {
     "arrow_ipc": "seqloader.sources.arrow",
     "tar_shards": "seqloader.sources.tar",
     "image_folder": "seqloader.sources.folder",
+    "megatron": "seqloader.sources.megatron",
+    "token_windows": "seqloader.sources.token_windows",
     "decode_image": "seqloader.sources.images",
     "ImageDecoder": "seqloader.sources.images",
     "describe_files": "seqloader.sources.fingerprint",
@@ -116,4 +117,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-
     from seqloader.sources.folder import image_folder as image_folder
     from seqloader.sources.images import ImageDecoder as ImageDecoder, decode_image as decode_image
     from seqloader.sources.parquet_files import parquet as parquet
+    from seqloader.sources.megatron import megatron as megatron
     from seqloader.sources.tar import tar_shards as tar_shards
+    from seqloader.sources.token_windows import token_windows as token_windows

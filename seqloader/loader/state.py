@@ -40,7 +40,7 @@ import copy
 import dataclasses
 from typing import Any, Callable, Optional
 
-from seqloader import __version__  # the package's one version source (a str; seqloader/__init__ imports nothing)
+from seqloader._version import __version__  # the package's one version source (a str)
 from seqloader.loader.iterable_state import IterableState
 from seqloader.loader.state_values import INT_LIMIT, STAGE, check_int_in, check_value, is_int, is_int_in, shown
 
@@ -59,6 +59,13 @@ DERIVATIONS = (1, 2)
 KEYS = ("format", "version", "seed", "epoch", "position", "ahead", "step", "dataset_len", "batch_size",
         "drop_last", "shuffle", "derivation", "sampler_len", "sampler_epoch", "sampler", "dataset",
         "iterable", "recipe", "files", "positions", "saved_with")
+
+#: The keys each version's states have (a state whose ``version`` was edited has keys of another).
+KEYS_OF_VERSION = {1: frozenset(KEYS) - {"derivation", "sampler_epoch", "ahead", "step", "recipe", "files", "positions"}}
+KEYS_OF_VERSION[2] = KEYS_OF_VERSION[1] | {"derivation", "sampler_epoch", "ahead"}
+KEYS_OF_VERSION[3] = KEYS_OF_VERSION[2] | {"step", "recipe", "files"}
+KEYS_OF_VERSION[4] = KEYS_OF_VERSION[3]
+KEYS_OF_VERSION[5] = KEYS_OF_VERSION[4] | {"positions"}
 
 #: The mark of a version-3 fingerprint (of paths and modification times) in a migrated state.
 LEGACY_FINGERPRINT = "v3:"
@@ -99,6 +106,33 @@ def is_stateful(obj: Any) -> bool:
 def reader() -> str:
     """``'seqloader 0.4.0 reads state_dict versions 1-5'``: named wherever a state's version is refused."""
     return f"seqloader {__version__} reads state_dict versions {min(_MIGRATIONS, default=VERSION)}-{VERSION}"
+
+
+def _check_keys_of_version(d: dict[str, Any], version: int) -> None:
+    """A state of an earlier version has none of the keys later versions brought; nor does a
+    version-3 state list its ``files`` (version 4 did): either says its ``version`` was edited,
+    and an upgrade would overwrite what it holds (version 1's ``derivation``, say)."""
+    later = sorted(k for k in d if k in KEYS and k not in KEYS_OF_VERSION[version])
+    if later:
+        since = min(v for v in KEYS_OF_VERSION if set(later) <= KEYS_OF_VERSION[v])
+        raise ValueError(f"{STAGE}: 'version' is {version} in the state_dict, but it has the keys {later} of "
+                         f"version-{since} states, which version-{version} states do not have; a state saved "
+                         f"by seqloader has its own version (was 'version' edited?)")
+    if version == 3 and isinstance(d.get("files"), list):
+        raise ValueError(f"{STAGE}: 'version' is 3 in the state_dict, but its 'files' is a list, as version 4 "
+                         "and later save it (version 3 saved one description or None); a state saved by "
+                         "seqloader has its own version (was 'version' edited?)")
+
+
+def _check_records(d: dict[str, Any]) -> None:
+    """A current state records its files and, map-style, its positions: ``None`` means "not
+    recorded, not checked" only in a state upgraded from a version before those records."""
+    check_value(d["files"] is not None, "files", d["files"],
+                "a list (one description per source) in a version-5 state_dict: only states of version 2 "
+                "or earlier, upgraded, have none")
+    check_value(d["positions"] is not None or d["iterable"] is not None, "positions", d["positions"],
+                "a dict in a version-5 state_dict of a map-style dataset: only states of version 4 or "
+                "earlier, upgraded, have none")
 
 
 def _migrate_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
@@ -179,14 +213,20 @@ class LoaderState:
     """A validated, immutable loader state; :meth:`to_dict` gives the public dict.
 
     Example:
-        >>> s = LoaderState(seed=7, epoch=0, position=0, dataset_len=10, batch_size=2,
-        ...                 drop_last=False, shuffle=True)
+        >>> s = LoaderState(seed=7, epoch=0, position=0, dataset_len=10, batch_size=2, drop_last=False,
+        ...                 shuffle=True, positions={"digest": "4f53cda18c2baa0c", "stages": []})
         >>> d = s.to_dict()
         >>> LoaderState.from_dict(d).to_dict() == d, d["saved_with"]  # the release that wrote it
         (True, {'seqloader': '...'})
         >>> LoaderState.from_dict({**d, "version": 99})
         Traceback (most recent call last):
         ValueError: load_state_dict: this state_dict has version 99, newer than this seqloader's version 5 (seqloader ... reads state_dict versions 1-5); upgrade seqloader to load it
+        >>> LoaderState.from_dict({**d, "version": 1})   # an edited version: the upgrade would lose 'derivation'
+        Traceback (most recent call last):
+        ValueError: load_state_dict: 'version' is 1 in the state_dict, but it has the keys ['ahead', ...] of version-5 states, ...
+        >>> LoaderState.from_dict({**d, "positions": None})
+        Traceback (most recent call last):
+        ValueError: load_state_dict: 'positions' must be a dict in a version-5 state_dict of a map-style dataset: ...
     """
 
     seed: int
@@ -245,6 +285,7 @@ class LoaderState:
             raise ValueError(f"{STAGE}: this state_dict has version {version}, newer than this "
                              f"seqloader's version {VERSION} ({reader()}); upgrade seqloader to load it")
         saved = version
+        _check_keys_of_version(d, version)
         while version < VERSION:
             d = _MIGRATIONS[version](d)
             version = d["version"]
@@ -281,6 +322,8 @@ class LoaderState:
         for k, description in enumerate(d["files"] or ()):
             _check_description(f"files[{k}]", description)
         _check_positions(d["positions"])
+        if saved == VERSION:
+            _check_records(d)
         iterable = None if d["iterable"] is None else IterableState.from_dict(d["iterable"])
         return cls(seed=d["seed"], epoch=d["epoch"], position=d["position"],
                    dataset_len=d["dataset_len"], batch_size=d["batch_size"],

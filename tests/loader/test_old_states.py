@@ -120,8 +120,9 @@ def uninterrupted(make: Callable[[Path], DataLoader], state: dict, tmp_path: Pat
     the next epoch, with the state's derivation (a fresh loader's, unless it is the old one)."""
     loader = make(tmp_path)
     start = LoaderState.from_dict(state).to_dict()
-    if start["derivation"] != loader.state_dict()["derivation"]:
-        loader.load_state_dict({**start, "epoch": 0, "position": 0, "step": 0, "ahead": []})
+    if start["derivation"] != loader.state_dict()["derivation"]:   # the old state itself, at the epochs' start
+        loader.load_state_dict({**state, **{k: v for k, v in {"epoch": 0, "position": 0, "step": 0, "ahead": []}.items()
+                                            if k in state}})
     epochs = [list(loader) for _ in range(state["epoch"] + 2)]
     assert state["position"] % state["batch_size"] == 0
     return epochs[-2][state["position"] // state["batch_size"]:], epochs[-1]

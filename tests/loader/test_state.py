@@ -118,13 +118,15 @@ def test_migrations_upgrade_one_version_at_a_time(monkeypatch):
     """Pretend the current version is 6: a version-1 state goes through _MIGRATIONS[1], [2], [3], [4] then [5]."""
     calls = []
 
+    full = make().state_dict()
+
     def step(v):
         def migrate(d):
             calls.append(v)
-            return dict(d, version=v + 1, position=d["position"] + 1)
+            return dict({**full, **d}, version=v + 1, position=d["position"] + 1)
         return migrate
 
-    sd = {**make().state_dict(), "version": 1}
+    sd = {**{k: v for k, v in full.items() if k in state_mod.KEYS_OF_VERSION[1]}, "version": 1}
     monkeypatch.setattr(state_mod, "VERSION", 6)
     for v in (1, 2, 3, 4, 5):
         monkeypatch.setitem(state_mod._MIGRATIONS, v, step(v))
@@ -273,3 +275,44 @@ def test_derivation_constants_agree():
     from seqloader.loader.seeding import DERIVATION
     from seqloader.loader.state import DERIVATIONS, LoaderState
     assert DERIVATION == max(DERIVATIONS) == LoaderState(0, 0, 0, 1, 1, False, False).derivation
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_a_current_state_whose_version_was_edited_is_refused_naming_version(version):
+    """An upgrade would overwrite what the state holds (1 -> 2 sets derivation 1, 4 -> 5 marks the
+    fingerprints as version 4's): a state with the keys of a later version than it claims is refused."""
+    sd = {**make().state_dict(), "version": version}
+    with pytest.raises(ValueError, match=rf"^load_state_dict: 'version' is {version} in the state_dict, but it has "
+                                         rf"the keys \[.*'positions'.*\] of version-5 states.*was 'version' edited\?"):
+        LoaderState.from_dict(sd)
+
+
+def test_a_version_4_state_called_version_3_is_refused_naming_version():
+    sd = {k: v for k, v in make().state_dict().items() if k != "positions"}
+    assert isinstance(sd["files"], list)
+    LoaderState.from_dict({**sd, "version": 4})   # what it is: loads
+    with pytest.raises(ValueError, match=r"'version' is 3 in the state_dict, but its 'files' is a list"):
+        LoaderState.from_dict({**sd, "version": 3})
+
+
+@pytest.mark.parametrize("key", ["files", "positions"])
+def test_a_current_state_without_its_records_is_refused_naming_the_key(key):
+    """``None`` means "not recorded, not checked" only for a state upgraded from before the record."""
+    sd = make().state_dict()
+    with pytest.raises(ValueError, match=rf"^load_state_dict: '{key}' must be a .* in a version-5 state_dict"):
+        LoaderState.from_dict({**sd, key: None})
+    with pytest.raises(ValueError, match=rf"missing keys \['{key}'\]"):
+        LoaderState.from_dict({k: v for k, v in sd.items() if k != key})
+
+
+def test_an_iterable_datasets_state_records_no_positions():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(8))
+
+    loader = seqloader.DataLoader(Stream(), batch_size=2)
+    it = iter(loader)
+    next(it)
+    sd = loader.state_dict()
+    assert sd["positions"] is None and sd["iterable"] is not None
+    assert LoaderState.from_dict(sd).to_dict() == sd

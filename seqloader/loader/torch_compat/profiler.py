@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 from typing import ContextManager
 
-import torch
+from torch._C._autograd import _profiler_enabled   # what torch.autograd._profiler_enabled is
 from torch.autograd.profiler import record_function
 
 __all__ = ["span", "span_name"]
@@ -44,6 +44,6 @@ def span_name(iterator: object) -> str:
 
 def span(name: str) -> ContextManager[object]:
     """``record_function(name)`` while torch's profiler runs; otherwise a shared no-op context."""
-    if torch.autograd._profiler_enabled():
+    if _profiler_enabled():
         return record_function(name)
     return _NO_SPAN
