@@ -124,6 +124,27 @@ def _check_keys_of_version(d: dict[str, Any], version: int) -> None:
                          "seqloader has its own version (was 'version' edited?)")
 
 
+#: torchdata's key that accelerate's stateful path (``use_stateful_dataloader=True``) adds to the
+#: state it keeps and hands back: ``True`` once the epoch's iterator has ended.
+ITERATOR_FINISHED = "_iterator_finished"
+
+
+def _without_iterator_finished(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` without torchdata's ``_iterator_finished``, checked against what the state says:
+    accelerate snapshots the state after the epoch's ``StopIteration`` and sets it ``True``; such a
+    state is at the start of the next epoch (``position`` 0) already. A ``True`` with a position
+    inside an epoch contradicts it: which one to resume is unknown, so it is refused."""
+    if ITERATOR_FINISHED not in d:
+        return d
+    finished = d[ITERATOR_FINISHED]
+    check_value(isinstance(finished, bool), ITERATOR_FINISHED, finished, "a bool (torchdata's key, added by accelerate)")
+    if finished and d.get("position") != 0:
+        raise ValueError(f"{STAGE}: {ITERATOR_FINISHED!r} is True (the epoch ended) but 'position' is "
+                         f"{shown(d.get('position'))}, inside epoch {shown(d.get('epoch'))}; a state saved after the "
+                         "epoch's end is at position 0 of the next epoch: this one cannot be resumed exactly")
+    return {k: v for k, v in d.items() if k != ITERATOR_FINISHED}
+
+
 def _check_records(d: dict[str, Any]) -> None:
     """A current state records its files and, map-style, its positions: ``None`` means "not
     recorded, not checked" only in a state upgraded from a version before those records."""
@@ -285,6 +306,7 @@ class LoaderState:
             raise ValueError(f"{STAGE}: this state_dict has version {version}, newer than this "
                              f"seqloader's version {VERSION} ({reader()}); upgrade seqloader to load it")
         saved = version
+        d = _without_iterator_finished(d)
         _check_keys_of_version(d, version)
         while version < VERSION:
             d = _MIGRATIONS[version](d)

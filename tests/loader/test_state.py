@@ -316,3 +316,25 @@ def test_an_iterable_datasets_state_records_no_positions():
     sd = loader.state_dict()
     assert sd["positions"] is None and sd["iterable"] is not None
     assert LoaderState.from_dict(sd).to_dict() == sd
+
+
+def test_torchdatas_iterator_finished_key_that_accelerate_adds_is_accepted_and_checked():
+    """accelerate's stateful path adds ``_iterator_finished`` to the state it keeps and hands back."""
+    make_loader = lambda: seqloader.DataLoader(range(10), batch_size=2, shuffle=True, seed=1)  # noqa: E731
+    reference = make_loader()
+    it = iter(reference)
+    first = [next(it) for _ in range(2)]
+    mid = json_round_trip(reference.state_dict())
+    rest = list(it)
+    after = json_round_trip(reference.state_dict())   # after StopIteration: the next epoch's start
+    nxt = list(reference)
+    resumed = make_loader()
+    resumed.load_state_dict({**mid, "_iterator_finished": False})
+    assert [b.tolist() for b in resumed] == [b.tolist() for b in rest] and len(first) == 2
+    resumed.load_state_dict({**after, "_iterator_finished": True})
+    assert [b.tolist() for b in resumed] == [b.tolist() for b in nxt]
+    with pytest.raises(ValueError, match=r"'_iterator_finished' is True \(the epoch ended\) but 'position' is 4"):
+        resumed.load_state_dict({**mid, "_iterator_finished": True})
+    with pytest.raises(ValueError, match=r"'_iterator_finished' must be a bool"):
+        resumed.load_state_dict({**mid, "_iterator_finished": "yes"})
+    assert "_iterator_finished" not in resumed.state_dict()
