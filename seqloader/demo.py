@@ -36,7 +36,7 @@ import torch.nn.functional as F
 import torch.utils.data
 
 import seqloader
-from seqloader.prefetcher.processes.shm import SHM_PREFIX
+from seqloader.prefetcher.wire import SHM_PREFIX
 
 CRASH_EXIT_CODE = 75  # the simulated crash; any other exit code of the trainer is a real failure
 

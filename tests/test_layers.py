@@ -24,6 +24,7 @@ ROOT = pathlib.Path(importlib.util.find_spec("seqloader").origin).resolve().pare
 #: (module prefix, layer); the longest matching prefix wins. L0 and L1 form one torch-free core:
 #: the sequence ops that need randomness (shuffle, rng_map) call rng and the orders wing.
 LAYERS = [
+    ("seqloader._version", 1),
     ("seqloader.errors", 1),
     ("seqloader.sequences", 1),
     ("seqloader.sources", 1),

@@ -14,7 +14,14 @@ measurements (``loader/autotune_usage.py``) and the report of ``stats()["autotun
 the loader's other parts a :class:`TunedView`: the loader's settings with ``num_workers``,
 ``executor`` and ``prefetch_factor`` of the configuration in force, so that opening an epoch,
 reopening it after ``set_epoch`` and starting workers read one configuration. Each switch is
-logged once (``seqloader.autotune``, INFO).
+logged once (``seqloader.autotune``, INFO), and so is each kind of configuration it will not try.
+
+What the user asked for is kept whatever it tries: with ``max_worker_restarts`` only worker
+processes compute the batches (the policy is told, and a configuration without them is refused
+here); with the ``spawn`` or ``forkserver`` start method, processes are tried only if what they
+would be sent (the epoch's batches, the dataset, ``worker_init_fn``) pickles
+(:func:`unpicklable`, checked once, before the first batch). CPU is counted for this loader's
+own workers only (:func:`~seqloader.loader.autotune_usage.worker_pids`).
 """
 
 from __future__ import annotations
@@ -22,52 +29,30 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import pickle
 import random
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 
 from seqloader.errors import check_int
 from seqloader.loader.autotune_policy import BatchTiming, Config, Policy, Tuner
-from seqloader.loader.autotune_usage import ProcessTree, check_proc, default_memory_budget
+from seqloader.loader.autotune_rules import not_tried_words
+from seqloader.loader.autotune_usage import ProcessTree, batch_bytes, check_proc, default_memory_budget, worker_pids
 from seqloader.loader.epoch import MapIterator
-from seqloader.loader.global_rngs import Snapshot, numpy_state
+from seqloader.loader.global_rngs import Snapshot
 from seqloader.loader.opening import new_iterator, open_map_epoch
 from seqloader.loader.progress import NONE
+from seqloader.loader.rngs import DrawCheck
 from seqloader.loader.seeding import seed_globals
+from seqloader.prefetcher.checks import resolve_context
 from seqloader.prefetcher.options import ExecutorOptions, ProcessWorkers, ThreadWorkers
 
-__all__ = ["TunedIterator", "TunedView", "Tuning", "batch_bytes", "computed_watching", "make_tuning"]
+__all__ = ["TunedIterator", "TunedView", "Tuning", "computed_watching", "make_tuning", "unpicklable"]
 
 _log = logging.getLogger("seqloader.autotune")
-
-
-def batch_bytes(batch: Any, depth: int = 4) -> int:
-    """The bytes of a batch's tensors, arrays and bytes (containers walked ``depth`` levels).
-
-    Example:
-        >>> batch_bytes({"x": torch.zeros(4, dtype=torch.int32), "y": [b"ab", np.zeros(2)]}), batch_bytes(3)
-        (34, 0)
-    """
-    if isinstance(batch, torch.Tensor):
-        return batch.element_size() * batch.nelement()
-    if isinstance(batch, np.ndarray):
-        return int(batch.nbytes)
-    if isinstance(batch, (bytes, bytearray)):
-        return len(batch)
-    if depth == 0:
-        return 0
-    if isinstance(batch, dict):
-        return sum(batch_bytes(v, depth - 1) for v in batch.values())
-    if isinstance(batch, (list, tuple)):
-        return sum(batch_bytes(v, depth - 1) for v in batch)
-    return 0
-
-
-def _globals() -> tuple:
-    return random.getstate(), numpy_state(), torch.get_rng_state()
 
 
 def computed_watching(seq: Any, b: int, seed: int, epoch: int, derivation: int) -> tuple[Any, bool]:
@@ -95,25 +80,49 @@ def computed_watching(seq: Any, b: int, seed: int, epoch: int, derivation: int) 
     snapshot = Snapshot()
     try:
         if not getattr(seq, "draws_globals", True):   # not seeded: nothing to seed again
-            before = _globals()
+            check = DrawCheck()
             out = seq[b]
-            return out, _differ(before, _globals())
+            return out, bool(check.moved())
         out = seq[b]
-        after = _globals()
+        check = DrawCheck()   # the states after the batch, against those right after its seeding
         seed_globals(seed, epoch, seq.key(b), derivation)
-        return out, _differ(after, _globals())
+        return out, bool(check.moved())
     finally:
         snapshot.restore()
 
 
-def _differ(a: tuple, b: tuple) -> bool:
-    return a[0] != b[0] or a[1] != b[1] or not torch.equal(a[2], b[2])
+class _Discard:
+    def write(self, b: Any) -> int:
+        return len(b)
+
+
+class _CheckPickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:   # arrays and tensors pickle: their bytes are not needed here
+        return (tuple, ()) if isinstance(obj, (torch.Tensor, np.ndarray)) else NotImplemented
+
+
+def unpicklable(obj: Any) -> Optional[str]:
+    """Why ``obj`` does not pickle (``"PicklingError: ..."``), or ``None`` if it does; nothing is
+    kept (the bytes are dropped as written, and arrays and tensors are not copied).
+
+    Example:
+        >>> unpicklable((list, [1, 2], torch.zeros(3))) is None
+        True
+        >>> unpicklable([lambda x: x]).split(":")[0]
+        'PicklingError'
+    """
+    try:
+        _CheckPickler(_Discard(), protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    except Exception as exc:   # whatever pickling raises is the reason
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def make_tuning(autotune: Any, memory_budget: Any, num_workers: int, executor: ExecutorOptions,
-                iterable: bool, in_order: bool) -> Optional["Tuning"]:
+                iterable: bool, in_order: bool, restarts: int = 0) -> Optional["Tuning"]:
     """``DataLoader(autotune=, memory_budget=)`` checked against the other arguments: ``None``
-    (off), or the loader's :class:`Tuning`.
+    (off), or the loader's :class:`Tuning`. With ``restarts`` (``max_worker_restarts``, which
+    needs ``num_workers > 0``, as without autotune), only worker processes are tried.
 
     ``autotune`` is ``True`` (the measuring :class:`~seqloader.loader.autotune_policy.Tuner`,
     with at most ``num_workers`` worker processes, or the cores at ``num_workers=0``) or a policy
@@ -132,6 +141,8 @@ def make_tuning(autotune: Any, memory_budget: Any, num_workers: int, executor: E
         Traceback (most recent call last):
         ValueError: DataLoader: memory_budget applies with autotune=True only (got memory_budget=1073741824 with autotune=False)
     """
+    if isinstance(autotune, np.bool_):   # numpy's bool is a bool here (it is not a subclass of Python's)
+        autotune = bool(autotune)
     if autotune is False or autotune is None:
         if memory_budget is not None:
             raise ValueError(f"DataLoader: memory_budget applies with autotune=True only (got "
@@ -140,8 +151,12 @@ def make_tuning(autotune: Any, memory_budget: Any, num_workers: int, executor: E
     policy = autotune if autotune is not True and all(hasattr(autotune, m) for m in ("first", "observe", "report")) \
         else None
     if autotune is not True and policy is None:
+        kind = type(autotune)
         raise TypeError(f"DataLoader: autotune must be a bool or a policy with first/observe/report (got "
-                        f"{type(autotune).__name__})")
+                        f"{kind.__qualname__ if kind.__module__ == 'builtins' else f'{kind.__module__}.{kind.__qualname__}'}"
+                        f" {autotune!r})")
+    if not isinstance(num_workers, int) or num_workers < 0:   # torch's words (its own check comes later)
+        raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable multiprocessing.")
     if not isinstance(executor, ProcessWorkers):
         raise ValueError(f"DataLoader: autotune=True chooses the executor: leave worker_method at its default "
                          f"(got worker_method={getattr(executor, 'name', executor)!r})")
@@ -156,17 +171,18 @@ def make_tuning(autotune: Any, memory_budget: Any, num_workers: int, executor: E
                          "in_order=False has no fixed order (got in_order=False)")
     check_proc()
     tree = ProcessTree()
+    needs = f"max_worker_restarts={restarts} needs worker processes" if restarts else ""
     if policy is not None:
         if memory_budget is not None:
             raise ValueError("DataLoader: memory_budget goes to the policy given as autotune=, not beside it")
-        return Tuning(policy, executor.context, tree)
+        return Tuning(policy, executor.context, tree, needs)
     budget = default_memory_budget() if memory_budget is None else check_int("DataLoader", "memory_budget",
                                                                             memory_budget)
     if budget < 0:
         raise ValueError(f"DataLoader: memory_budget must be >= 0 bytes (got {budget})")
     cores = len(os.sched_getaffinity(0))
-    return Tuning(Tuner(num_workers or cores, budget, worker_bytes=tree.own_bytes(), cores=cores), executor.context,
-                  tree)
+    return Tuning(Tuner(num_workers or cores, budget, worker_bytes=tree.own_bytes(), cores=cores, needs_processes=needs),
+                  executor.context, tree, needs)
 
 
 class Tuning:
@@ -176,24 +192,58 @@ class Tuning:
         policy: decides (:class:`~seqloader.loader.autotune_policy.Tuner` or another policy).
         context: the start method of worker processes (torch's ``multiprocessing_context``).
         tree: measures this process and its workers.
+        needs_processes: why only worker processes may compute the batches
+            (``max_worker_restarts``), or ``""``: a configuration without them is refused.
     """
 
-    def __init__(self, policy: Policy, context: Any, tree: ProcessTree):
-        self.policy, self._context, self.tree = policy, context, tree
-        self.config: Config = policy.first()
+    def __init__(self, policy: Policy, context: Any, tree: ProcessTree, needs_processes: str = ""):
+        self.policy, self._context, self.tree, self._needs = policy, context, tree, needs_processes
+        self.config: Config = self._kept(policy.first())
         self.switches: list[dict] = []
         #: whether batches draw from the global generators (``None``: not known yet): threads,
         #: which share those generators, are tried only when they do not
         self.draws_globals: Optional[bool] = None
+        self._pickles_checked = bool(needs_processes)   # (processes only: a pickling error raises, as without)
+        for words in not_tried_words(getattr(policy, "not_tried", {})):
+            _log.info("seqloader autotune: %s", words)
+
+    def _kept(self, config: Config) -> Config:
+        if self._needs and config.method != "process":
+            raise ValueError(f"DataLoader: the autotune policy asked for {config.label}, but {self._needs}; "
+                             "give it worker processes only (Tuner(needs_processes=...))")
+        return config
+
+    def _rule_out(self, verb: str, why: str, level: int = logging.INFO) -> None:
+        """Tell the policy never to try a kind of configuration (``no_threads``, ``no_processes``),
+        if it takes the verb; logged once."""
+        if hasattr(self.policy, verb):
+            getattr(self.policy, verb)(why)
+            what = "threads" if verb == "no_threads" else "processes"
+            _log.log(level, "seqloader autotune: %s not tried: %s", what, why)
 
     def checked(self, drew: bool) -> None:
         """A batch computed here drew from the global generators (``drew``) or not."""
         if self.draws_globals is None or drew:
             self.draws_globals = drew
-            if drew and hasattr(self.policy, "no_threads"):
-                self.policy.no_threads("the batches draw from the global random, numpy.random or torch "
-                                       "generators, which threads share (draw from seqloader.rng_map or "
-                                       "torch.thread_safe_generator() to let autotune try threads)")
+            if drew:
+                self._rule_out("no_threads", "the batches draw from the global random, numpy.random or torch "
+                                             "generators, which threads share (draw from seqloader.rng_map or "
+                                             "torch.thread_safe_generator() to let autotune try threads)")
+
+    def check_pickles(self, seq: Any, dataset: Any, worker_init_fn: Any) -> None:
+        """Once, before the first batch: under ``spawn`` or ``forkserver``, if what worker processes
+        would be sent does not pickle, they are never tried (``fork`` sends nothing)."""
+        if self._pickles_checked:
+            return
+        self._pickles_checked = True
+        method = resolve_context(self._context).get_start_method()
+        if method in ("spawn", "forkserver") and hasattr(self.policy, "no_processes"):
+            why = unpicklable((seq, dataset, worker_init_fn))
+            if why is not None:
+                self._rule_out("no_processes", f"the pipeline does not pickle under {method!r} ({why}); make "
+                                               "the dataset, collate_fn and worker_init_fn picklable (module-level "
+                                               "functions), or use multiprocessing_context='fork'",
+                               logging.WARNING)   # (the start method asked for processes the pipeline cannot have)
 
     def executor(self) -> ExecutorOptions:
         """The executor of the configuration in force."""
@@ -201,10 +251,11 @@ class Tuning:
             return ThreadWorkers()
         return ProcessWorkers(context=self._context, threads=self.config.threads)
 
-    def observe(self, timing: BatchTiming) -> Optional[Config]:
-        """A batch was delivered: the configuration to switch to, or ``None``."""
-        new = self.policy.observe(timing, self.tree.usage)
-        return None if new is None or new == self.config else new
+    def observe(self, timing: BatchTiming, pids: Callable[[], list]) -> Optional[Config]:
+        """A batch was delivered: the configuration to switch to, or ``None``; ``pids()``: the
+        worker processes reading now (their CPU and memory are the loader's)."""
+        new = self.policy.observe(timing, lambda memory=True: self.tree.usage(memory, pids()))
+        return None if new is None or new == self.config else self._kept(new)
 
     def set(self, config: Config) -> None:
         """``config`` is in force from now on; logged once."""
@@ -284,15 +335,16 @@ class TunedIterator(MapIterator):
         self._pending: Optional[Config] = None
         self._returned: Optional[float] = None
         self._delivered = 0
+        tuning.check_pickles(self._opened.seq, view.dataset, view.worker_init_fn)
 
-    def __next__(self) -> Any:
+    def _deliver(self) -> Any:
         start = time.perf_counter()   # a switch is part of the loop's wait for this batch
         if self._pending is not None:
             config, self._pending = self._pending, None
             self._switch(config)
         here = self._tuning.config.method == "main"   # computed by this thread: its CPU share is measured
         cpu = time.thread_time() if here else 0.0
-        batch = super().__next__()
+        batch = super()._deliver()
         now = time.perf_counter()
         work = None if self._returned is None else start - self._returned
         self._returned = now
@@ -300,7 +352,8 @@ class TunedIterator(MapIterator):
         size = batch_bytes(batch) if self._delivered % 16 == 0 else 0
         self._delivered += 1
         self._pending = self._tuning.observe(BatchTiming(now, now - start, work, size,
-                                                         time.thread_time() - cpu if here else None))
+                                                         time.thread_time() - cpu if here else None),
+                                             lambda: worker_pids(self._opened.source))
         return batch
 
     def _read(self) -> tuple[int, Any]:

@@ -12,9 +12,10 @@ seconds and the memory the loader holds, measured by the caller); it answers wit
 configuration to run, or ``None``. It knows nothing of processes, clocks or ``/proc``, so it is
 tested by feeding it numbers. The search, in order (the rules are ``loader/autotune_rules.py``):
 
-0. the first batch is computed in this process: a one-batch trial of ``num_workers=0``; the
-   share of a core it kept busy says whether the items compute or wait, and its size predicts
-   the memory of the batches in flight before any worker holds one;
+0. the first batch is computed in this process (with ``needs_processes``, none is: the search
+   starts at 1, with processes): a one-batch trial of ``num_workers=0``; the share of a core it
+   kept busy says whether the items compute or wait, and its size predicts the memory of the
+   batches in flight before any worker holds one;
 1. the executors: items that wait start with ``8 * max_workers`` thread workers, items that
    compute with ``max_workers`` threads; then ``max_workers`` processes and processes of 4
    threads, unless a trial rules them out (the loop kept up: nothing is faster; threads waited
@@ -39,9 +40,15 @@ tested by feeding it numbers. The search, in order (the rules are ``loader/autot
    refused and the search goes on without it). A slower loop re-measures the configuration in
    force in place and tries only cheaper ones; a faster loop searches the executors again.
 
+The step the search stands at is a :class:`~seqloader.loader.autotune_trials.Stage`, and the
+trial being measured a :class:`~seqloader.loader.autotune_trials.Measuring`.
+
 A configuration whose predicted memory exceeds the budget is never tried: a worker process is
 predicted at the size measured for one in an earlier trial (before any, at ``worker_bytes``, the
-training process's own size), and each batch in flight at the size of a delivered batch.
+training process's own size), and each batch in flight at the size of a delivered batch. Nor is
+a kind of configuration ruled out by what the user asked for or the pipeline allows
+(``needs_processes``: ``max_worker_restarts``; :meth:`Tuner.no_threads`, :meth:`Tuner.no_processes`):
+each is reported, with its reason, under ``not_tried``, and the choice's reason says it.
 :class:`~seqloader.loader.autotune_trials.Schedule` is the other policy: switches at fixed batch
 counts, for tests. The configurations, measurements and trials are ``loader/autotune_trials.py``.
 """
@@ -52,10 +59,10 @@ import dataclasses
 from typing import Callable, Optional
 
 from seqloader.loader.autotune_rules import (KEEPS_UP, PROCESS_THREADS, THREADS_PER_WORKER, StepWatch, executors,
-                                             pruned, smaller)
-from seqloader.loader.autotune_trials import BatchTiming, Config, Policy, Schedule, Trial, Usage
+                                             floor, not_tried_words, pruned, ruled_out, smaller)
+from seqloader.loader.autotune_trials import BatchTiming, Config, Measuring, Policy, Schedule, Stage, Trial, Usage
 
-__all__ = ["BatchTiming", "Config", "Policy", "Schedule", "Trial", "Tuner", "Usage"]
+__all__ = ["BatchTiming", "Config", "Policy", "Schedule", "Stage", "Trial", "Tuner", "Usage"]
 
 __all__ += ["PROCESS_THREADS", "THREADS_PER_WORKER"]
 _WAITS = 0.20        # the loop waits at least this (and less than _STARVED): a deeper read-ahead is tried
@@ -78,6 +85,11 @@ class Tuner:
         worker_bytes: a worker process's predicted size before one is measured.
         trial_s: seconds of delivered batches per trial.
         cores: the cores this process may run on (default ``max_workers``).
+        needs_processes: why only worker processes may run the batches (``max_worker_restarts``:
+            ``"max_worker_restarts=3 needs worker processes"``), or ``""``. Then no batch is
+            computed in this process: the first trial is ``max_workers`` processes, threads are
+            never tried (whether the batches draw from the global generators is checked on a
+            batch computed here), and the smallest configuration is one process.
 
     Example:
         >>> t = Tuner(max_workers=2, memory_budget=2**40, worker_bytes=0, trial_s=1.0)
@@ -102,40 +114,53 @@ class Tuner:
     """
 
     def __init__(self, max_workers: int, memory_budget: int, worker_bytes: int, trial_s: float = 0.3,
-                 cores: Optional[int] = None):
+                 cores: Optional[int] = None, needs_processes: str = ""):
         if max_workers < 1:
             raise ValueError(f"autotune: max_workers must be >= 1 (got {max_workers})")
         self.max_workers, self.memory_budget, self.trial_s = max_workers, memory_budget, trial_s
         self.cores = cores or max_workers
         self._worker_bytes, self._batch_bytes = worker_bytes, 0
-        self._no_threads = ""
+        #: the kinds of configuration never tried (``autotune_rules.KINDS``), each with its reason
+        self.not_tried: dict[str, str] = {}
+        if needs_processes:
+            healed = f"{needs_processes} (a crash in the training process or in a thread worker cannot be healed)"
+            self.not_tried = {"num_workers=0": healed, "thread workers": healed,
+                              "threads inside processes": f"{needs_processes}, and the check that the batches draw "
+                              "nothing from the global generators (which threads share) computes a batch in the "
+                              "training process"}
         self._share: Optional[float] = None   # the share of a core the first batch kept busy here
         self.trials: list[Trial] = []
         self.refused: dict[Config, str] = {}
         self.chosen: Optional[Config] = None
         self.reason = "searching"
         self.switches = 0
-        self._running = Config("main")   # the configuration in force (the last one asked for)
+        self._running = floor(self.not_tried)   # the configuration in force (the last one asked for)
         self._watching = StepWatch()
-        self._search()
+        self._search(stage=Stage.EXECUTORS if needs_processes else Stage.PROBE)
+        if needs_processes:   # no batch computed here: the first trial is of worker processes
+            self._queue = executors(max_workers, None)
+            nxt = self._next_allowed()
+            if nxt is None:
+                self._settle()   # nothing fits the budget: the floor, in force already
+            else:
+                self._begin(nxt, switched=True)
+                self._running = nxt
 
     # -- the search ---------------------------------------------------------------------------
 
-    def _search(self, queue: Optional[list] = None, stage: str = "executors") -> None:
+    def _search(self, queue: Optional[list] = None, stage: Stage = Stage.EXECUTORS) -> None:
+        """A search starts at ``stage`` (``PROBE``: one batch in this process first; its size
+        predicts the memory of the others) with ``queue`` to try."""
         self._queue = list(queue or [])
         self.chosen, self.reason, self._stage = None, "searching", stage
-        self._trial: Optional[Trial] = None
-        self._start: Optional[tuple[float, float]] = None   # (time, cpu_s) when the trial's clock started
-        self._seen, self._warmup = 0, 1                     # batches of the trial seen, and not counted
-        self._probing = True   # one batch in this process first: its size predicts the memory of the others
+        self._measuring: Optional[Measuring] = None   # the trial being measured
         self._open_probe: Optional[Trial] = None
         self._confirmed: set = set()
         self.skipped: dict[str, str] = {}
 
     def _begin(self, config: Config, switched: bool) -> None:
         """A trial of ``config`` starts: after a switch its first round is not counted."""
-        self._trial, self._start, self._seen = Trial(config), None, 0
-        self._warmup = max(1, config.workers * config.threads) if switched else 1
+        self._measuring = Measuring(Trial(config), max(1, config.workers * config.threads) if switched else 1)
 
     def _predicted(self, c: Config) -> int:
         procs = c.workers if c.method == "process" else 0
@@ -147,8 +172,9 @@ class Tuner:
             c = self._queue.pop(0)
             if c in self.refused or any(t.config == c for t in self.trials):
                 continue
-            if self._no_threads and (c.method == "thread" or c.threads > 1):
-                self.refused[c] = self._no_threads
+            why = ruled_out(c, self.not_tried)
+            if why:
+                self.refused[c] = why
                 continue
             if self._predicted(c) > self.memory_budget:
                 self.refused[c] = f"predicted {self._predicted(c)} bytes > memory_budget {self.memory_budget}"
@@ -157,20 +183,30 @@ class Tuner:
         return None
 
     def first(self) -> Config:
-        return Config("main")
+        """The configuration to start with (asked once, before any batch: the one in force)."""
+        return self._running
 
     def no_threads(self, why: str) -> None:
         """Never try threads (thread workers, threads inside processes): ``why``."""
-        self._no_threads = why
-        for c in [*self._queue, *([self._trial.config] if self._trial else [])]:
-            if c.method == "thread" or c.threads > 1:
-                self.refused[c] = why
+        self._rule_out(("thread workers", "threads inside processes"), why)
+
+    def no_processes(self, why: str) -> None:
+        """Never try worker processes (with or without threads inside): ``why``."""
+        self._rule_out(("processes",), why)
+
+    def _rule_out(self, kinds: tuple, why: str) -> None:
+        for k in kinds:
+            self.not_tried.setdefault(k, why)
+        for c in [*self._queue, *([self._measuring.trial.config] if self._measuring else [])]:
+            refusal = ruled_out(c, self.not_tried)
+            if refusal:
+                self.refused[c] = refusal
 
     def observe(self, timing: BatchTiming, usage: Callable[..., Usage]) -> Optional[Config]:
         if timing.nbytes > self._batch_bytes:
             self._batch_bytes = timing.nbytes
-        if self._probing:   # the first batch, computed here: a one-batch trial of num_workers=0
-            self._probing = False
+        if self._stage is Stage.PROBE:   # the first batch, computed here: a one-batch trial of num_workers=0
+            self._stage = Stage.EXECUTORS
             cpu = timing.wait_s if timing.cpu_s is None else timing.cpu_s
             probe = Trial(Config("main"), batches=1, wall_s=timing.wait_s, wait_s=timing.wait_s, cpu_s=cpu)
             if timing.cpu_s is not None and timing.wait_s > 0:
@@ -183,28 +219,18 @@ class Tuner:
             self._open_probe.work_s = timing.work_s
             self._open_probe.wall_s += timing.work_s
             self._open_probe = None
-        trial = self._trial
-        if trial is None:
+        measuring = self._measuring
+        if measuring is None:
             return self._watch(timing, usage)
-        self._seen += 1
-        if self._start is None:   # start-up and the first round's burst are behind the clock's start
-            if self._seen >= self._warmup:
-                self._start = (timing.now, usage(False).cpu_s)
-            return None
-        trial.batches += 1
-        trial.wait_s += timing.wait_s
-        trial.work_s += timing.work_s or 0.0
-        trial.wall_s = timing.now - self._start[0]
-        if not self._ended(trial):
+        if not measuring.count(timing, usage) or not self._ended(measuring.trial):
             return None
         used = usage()
-        trial.cpu_s = used.cpu_s - self._start[1]
-        trial.memory_bytes = used.loader_bytes
+        trial = measuring.finish(used)
         if used.worker_bytes:
             self._worker_bytes = used.worker_bytes
         if used.loader_bytes > self.memory_budget:
             self.refused[trial.config] = f"measured {used.loader_bytes} bytes > memory_budget {self.memory_budget}"
-        if self._stage == "confirm":
+        if self._stage is Stage.CONFIRM:
             return self._confirm(trial)
         self.trials.append(trial)
         return self._next_or_settle(trial)
@@ -214,7 +240,7 @@ class Tuner:
         bursts: each computes a whole batch), at least two and 8 batches, over ``trial_s`` (a
         confirmation: 4x that); or, after half that time, it is clearly losing."""
         rounds = max(1, trial.config.workers * trial.config.threads)
-        length = self.trial_s * (_CONFIRM if self._stage == "confirm" else 1)
+        length = self.trial_s * (_CONFIRM if self._stage is Stage.CONFIRM else 1)
         rivals = [t.rate for t in self._ok() if t.config != trial.config]
         if trial.wall_s >= 0.5 * length and trial.batches >= rounds and trial.rate < _LOSING * max(rivals, default=0):
             trial.cut_short = True
@@ -235,7 +261,7 @@ class Tuner:
 
     def _next_or_settle(self, trial: Optional[Trial]) -> Optional[Config]:
         """A trial ended (or the probe): the next trial, or settle."""
-        if trial is not None and self._stage == "executors":
+        if trial is not None and self._stage is Stage.EXECUTORS:
             self._prune(trial)
         if not self._queue and trial is not None:
             self._queue = self._follow_up(trial)
@@ -257,22 +283,22 @@ class Tuner:
         """What the trials so far suggest trying: a smaller configuration while the loop keeps up,
         then a deeper read-ahead while it waits."""
         ok = self._ok()
-        if not ok or self._stage in ("confirm", "recheck"):
+        if not ok or self._stage in (Stage.CONFIRM, Stage.RECHECK):
             return []
         best = max(ok, key=lambda t: t.rate)
-        if self._stage == "executors":
-            self._stage = "smaller"
+        if self._stage is Stage.EXECUTORS:
+            self._stage = Stage.SMALLER
             probe = next((t for t in ok if t.config.method == "main" and t.batches == 1), None)
             if probe is not None and probe.rate >= _MAIN * best.rate:   # this process alone may do
                 self.trials.remove(probe)
                 return [Config("main")]
             if best.waiting < KEEPS_UP and smaller(best.config) is not None:
                 return [smaller(best.config)]
-        elif self._stage == "smaller" and trial in ok and trial.waiting < KEEPS_UP \
+        elif self._stage is Stage.SMALLER and trial in ok and trial.waiting < KEEPS_UP \
                 and trial.rate >= _SAME_RATE * best.rate and smaller(trial.config) is not None:
             return [smaller(trial.config)]
-        if self._stage != "deeper":
-            self._stage = "deeper"
+        if self._stage is not Stage.DEEPER:
+            self._stage = Stage.DEEPER
             pool = [t for t in ok if t.config.workers]
             top = max(pool, key=lambda t: t.rate) if pool else None
             if top is not None and _WAITS <= top.waiting < _STARVED:
@@ -292,11 +318,10 @@ class Tuner:
         return pick, len(same), top
 
     def _settle(self) -> Optional[Config]:
-        self._trial, self._start = None, None
-        self._stage, self._watching = "settled", StepWatch()
+        self._measuring, self._stage, self._watching = None, Stage.SETTLED, StepWatch()
         if not self._ok():
-            self.chosen = Config("main")
-            self.reason = "num_workers=0: every other configuration exceeds memory_budget"
+            self.chosen = floor(self.not_tried)
+            self.reason = f"{self.chosen.label}: every other configuration exceeds memory_budget"
         else:
             pick, n_same, top = self._pick()
             bound = "consumer-bound" if pick.waiting < KEEPS_UP else "input-bound"
@@ -305,11 +330,12 @@ class Tuner:
                            f"{pick.waiting:.0%} of its time), {pick.cpu_per_batch * 1e3:.1f} ms CPU per batch, the "
                            f"least of {n_same} within 5% of the best rate ({top:.1f}/s)")
             if pick.batches > 1 and pick.config not in self._confirmed:
-                self._stage = "confirm"   # measured again in place (after the switch's first round)
+                self._stage = Stage.CONFIRM   # measured again in place (after the switch's first round)
                 self._begin(pick.config, switched=pick.config != self._running)
             else:
                 self._watching = StepWatch(pick.work_s / max(1, pick.batches), pick.wait_s / max(1, pick.batches),
                                            memory=bool(pick.config.workers))
+        self.reason = "; ".join([self.reason, *not_tried_words(self.not_tried)])
         return self._go(self.chosen)
 
     def _confirm(self, trial: Trial) -> Optional[Config]:
@@ -323,7 +349,7 @@ class Tuner:
         runner = max(rivals, key=lambda t: t.rate, default=None)
         if runner is not None and trial.rate < _DISAGREE * runner.rate:
             self.trials.remove(runner)
-            self._queue, self._stage = [runner.config], "recheck"
+            self._queue, self._stage = [runner.config], Stage.RECHECK
         return self._next_or_settle(trial)
 
     # -- settled --------------------------------------------------------------------------------
@@ -337,7 +363,6 @@ class Tuner:
                 self.refused[self.chosen] = f"measured {held} bytes > memory_budget {self.memory_budget}"
                 self.trials = []
                 self._search(executors(self.max_workers, self._share))
-                self._probing = False
                 return self._next_or_settle(None)
         slower = self._watching.changed(timing.work_s)
         return None if slower is None else self._retune(slower)
@@ -349,17 +374,17 @@ class Tuner:
         current = self._running
         self.trials, self.refused = [], {c: why for c, why in self.refused.items() if why.startswith("measured")}
         if slower:
-            self._search(stage="smaller")
-        else:
+            self._search(stage=Stage.SMALLER)
+        else:   # (no probe: the first search's measured the batches' size and CPU share)
             self._search([c for c in executors(self.max_workers, self._share) if c != current])
-        self._probing = False   # (the first search's probe measured the batches' size and CPU share)
         self._begin(current, switched=False)
         return None
 
     def report(self) -> dict:
         return {"policy": "tuner", "chosen": None if self.chosen is None else self.chosen.label,
                 "reason": self.reason, "switches": self.switches,
-                "trying": None if self._trial is None else self._trial.config.label,
+                "trying": None if self._measuring is None else self._measuring.trial.config.label,
                 "trials": [t.as_dict() for t in self.trials],
                 "refused": {c.label: why for c, why in self.refused.items()}, "skipped": dict(self.skipped),
+                "not_tried": dict(self.not_tried),
                 "memory_budget": self.memory_budget}

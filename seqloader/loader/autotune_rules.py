@@ -4,7 +4,10 @@
 configurations are worth a trial live here, one function each, so that each is tested by
 feeding it numbers: the first trials from the first batch's CPU share (:func:`executors`), the
 trials a finished one rules out (:func:`pruned`), the next cheaper configuration
-(:func:`smaller`), and when a settled search starts again (:class:`StepWatch`).
+(:func:`smaller`), and when a settled search starts again (:class:`StepWatch`). Beside the
+measurements, what the user asked for or the pipeline allows rules out whole kinds of
+configuration, each with its reason in words (:func:`ruled_out`, :func:`floor`): a tuner never
+trades away a promise.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Optional
 
 from seqloader.loader.autotune_trials import Config, Trial
 
-__all__ = ["PROCESS_THREADS", "THREADS_PER_WORKER", "StepWatch", "executors", "pruned", "smaller"]
+__all__ = ["KINDS", "PROCESS_THREADS", "THREADS_PER_WORKER", "StepWatch", "executors", "floor", "kinds", "pruned",
+           "not_tried_words", "ruled_out", "smaller"]
 
 #: thread workers per allowed worker, and threads inside each worker process, at most
 THREADS_PER_WORKER = 8
@@ -28,6 +32,57 @@ WINDOW = 32          # the loop's step is the median of its last 32 (a preempted
 EVERY = 8            # ... looked at every 8 batches
 STEP_FLOOR = 1e-3    # steps shorter than 1 ms count as 1 ms (their jitter is no change of the loop)
 MEMORY_EVERY = 5.0   # settled, the memory held is measured every 5 s (a measure costs milliseconds)
+#: the kinds of configuration a promise or a check rules out (``stats()["autotune"]["not_tried"]``)
+KINDS = ("num_workers=0", "thread workers", "processes", "threads inside processes")
+
+
+def kinds(c: Config) -> tuple:
+    """What ``c`` runs on, in the words of :data:`KINDS`.
+
+    Example:
+        >>> kinds(Config("main")), kinds(Config("thread", 2)), kinds(Config("process", 2, 4))
+        (('num_workers=0',), ('thread workers',), ('processes', 'threads inside processes'))
+    """
+    if c.method == "main":
+        return ("num_workers=0",)
+    if c.method == "thread":
+        return ("thread workers",)
+    return ("processes", "threads inside processes") if c.threads > 1 else ("processes",)
+
+
+def ruled_out(c: Config, not_tried: dict) -> Optional[str]:
+    """Why ``c`` may not be tried, from ``not_tried`` (kind: why), or ``None``.
+
+    Example:
+        >>> no = {"threads inside processes": "the batches draw from the global generators"}
+        >>> ruled_out(Config("process", 2, 4), no), ruled_out(Config("process", 2), no)
+        ('threads inside processes not tried: the batches draw from the global generators', None)
+    """
+    return next((f"{k} not tried: {not_tried[k]}" for k in kinds(c) if k in not_tried), None)
+
+
+def not_tried_words(not_tried: dict) -> list:
+    """``not_tried`` (kind: why) in sentences, the kinds of one reason together.
+
+    Example:
+        >>> not_tried_words({"thread workers": "they draw", "threads inside processes": "they draw"})
+        ['thread workers and threads inside processes not tried: they draw']
+    """
+    by_why: dict = {}
+    for k, why in not_tried.items():
+        by_why.setdefault(why, []).append(k)
+    return [f"{' and '.join(ks)} not tried: {why}" for why, ks in by_why.items()]
+
+
+def floor(not_tried: dict) -> Config:
+    """The configuration kept when nothing else fits: ``num_workers=0``, or one worker process
+    where ``num_workers=0`` is ruled out (``max_worker_restarts`` needs worker processes).
+
+    Example:
+        >>> floor({}).label, floor({"num_workers=0": "max_worker_restarts=1 needs worker processes"}).label
+        ('num_workers=0', '1 processes, prefetch 2')
+    """
+    return Config("process", 1) if "num_workers=0" in not_tried else Config("main")
 
 
 def executors(max_workers: int, share: Optional[float]) -> list:

@@ -2,17 +2,19 @@
 
 A :class:`Config` is one way to compute an epoch's batches; a :class:`BatchTiming` is what the
 loader measures per delivered batch and a :class:`Usage` what it measures at a trial's ends; a
-:class:`Trial` is one configuration's numbers. A policy (:class:`Policy`) turns them into the next
-configuration: the measuring :class:`~seqloader.loader.autotune_policy.Tuner`, or
+:class:`Trial` is one configuration's numbers, and :class:`Measuring` the one being measured. A
+policy (:class:`Policy`) turns them into the next configuration: the measuring
+:class:`~seqloader.loader.autotune_policy.Tuner` (whose search stands at a :class:`Stage`), or
 :class:`Schedule`, which switches at fixed batch counts (for tests).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any, Callable, Optional, Protocol
 
-__all__ = ["BatchTiming", "Config", "Policy", "Schedule", "Trial", "Usage"]
+__all__ = ["BatchTiming", "Config", "Measuring", "Policy", "Schedule", "Stage", "Trial", "Usage"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +121,63 @@ class Trial:
                 "waiting": round(self.waiting, 3), "cpu_s_per_batch": round(self.cpu_per_batch, 6),
                 "cores": round(self.cpu_s / self.wall_s, 3) if self.wall_s > 0 else 0.0,
                 "memory_bytes": self.memory_bytes, "cut_short": self.cut_short}
+
+
+class Stage(enum.Enum):
+    """Where the :class:`~seqloader.loader.autotune_policy.Tuner`'s search stands (the steps of
+    its module docstring). A trial is being measured in every stage but ``PROBE`` and
+    ``SETTLED`` (there, the configuration in force is re-measured in place when the loop's step
+    changes, and the search starts again at ``SMALLER`` or ``EXECUTORS``)."""
+
+    PROBE = "probe"            # 0. the first batch, computed in this process
+    EXECUTORS = "executors"    # 1. the executors' trials (and a search started again)
+    SMALLER = "smaller"        # 2. num_workers=0, then smaller configurations while the loop keeps up
+    DEEPER = "deeper"          # 3. twice the read-ahead
+    CONFIRM = "confirm"        # 4. the winner measured again, in place, for 4 trial lengths
+    RECHECK = "recheck"        # 4. the runner-up of a lucky winner measured again
+    SETTLED = "settled"        # 5. watching the loop's step and the memory held
+
+
+@dataclasses.dataclass
+class Measuring:
+    """The trial being measured: its first ``warmup`` batches (after a switch, its workers' first
+    round: their start-up and burst) are seen but not counted; its clock starts at ``start``,
+    ``(time, cpu_s)``, when the last of them is delivered.
+
+    Example:
+        >>> m = Measuring(Trial(Config("thread", 2)), warmup=2)
+        >>> use = lambda memory=True: Usage(cpu_s=5.0, loader_bytes=0)
+        >>> [m.count(BatchTiming(t, 0.1, 0.0), use) for t in (1.0, 1.25, 1.5, 2.0)]
+        [False, False, True, True]
+        >>> m.trial.batches, m.trial.wall_s, m.finish(Usage(cpu_s=6.5, loader_bytes=7)).cpu_s
+        (2, 0.75, 1.5)
+    """
+
+    trial: Trial
+    warmup: int = 1
+    seen: int = 0
+    start: Optional[tuple] = None
+
+    def count(self, timing: BatchTiming, usage: Callable[..., Usage]) -> bool:
+        """A batch was delivered: whether it counts (the clock had started)."""
+        self.seen += 1
+        if self.start is None:   # start-up and the first round's burst are behind the clock's start
+            if self.seen >= self.warmup:
+                self.start = (timing.now, usage(False).cpu_s)
+            return False
+        t = self.trial
+        t.batches += 1
+        t.wait_s += timing.wait_s
+        t.work_s += timing.work_s or 0.0
+        t.wall_s = timing.now - self.start[0]
+        return True
+
+    def finish(self, used: Usage) -> Trial:
+        """The trial's numbers, with ``used`` measured at its end."""
+        assert self.start is not None, "a trial finishes after its clock started"
+        self.trial.cpu_s = used.cpu_s - self.start[1]
+        self.trial.memory_bytes = used.loader_bytes
+        return self.trial
 
 
 class Policy(Protocol):

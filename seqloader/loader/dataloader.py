@@ -150,7 +150,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self.profile_stages = profile_stages
         self.autotune, self.memory_budget = autotune, memory_budget
         iterable = isinstance(dataset, torch.utils.data.IterableDataset)
-        self._tuning = make_tuning(autotune, memory_budget, num_workers, self.executor, iterable, in_order)
+        self._tuning = make_tuning(autotune, memory_budget, num_workers, self.executor, iterable, in_order,
+                                   self.max_worker_restarts)
         # The parts (one concept each): what is read beyond torch's attributes, where the loader
         # stands (and which epoch), who computes the batches, where the time goes.
         progress = Progress(max(1, num_workers), carry=persistent_workers or num_workers == 0) if iterable else Progress()

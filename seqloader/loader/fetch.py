@@ -18,8 +18,8 @@ shared-memory segment per batch (``Prefetch`` ships results through its own reus
 numbers is one small ``torch.tensor(list)``: the two passes would cost more than they save), the
 item is a :class:`SlotCollate` holding the fetched samples: the worker then runs
 ``default_collate`` with every stacked tensor written straight into its job's shared-memory slot
-(:func:`~seqloader.loader.torch_compat.collate_into_slot`, the L2 protocol in
-:mod:`seqloader.prefetcher.processes.payload`), so each byte of a batch is written once and no buffer is
+(:func:`~seqloader.loader.torch_compat.collate_into_slot`, the L2 protocol of
+:class:`~seqloader.prefetcher.wire.SlotWriter`), so each byte of a batch is written once and no buffer is
 allocated per batch. The values are ``default_collate``'s; a batch the slot path cannot place
 goes through ``default_collate`` as before. Another ``collate_fn``, ``num_workers=0`` and a
 loader nested in a dataset's code take the ordinary path.
@@ -37,7 +37,7 @@ from seqloader.loader.global_draws import batch_draws_globals
 from seqloader.loader.seeding import DERIVATION, seed_globals, watch_globals
 from seqloader.loader.torch_compat import (collate_in_plain_memory, collate_into_slot, fetcher, has_arrays,
                                            is_default_collate)
-from seqloader.prefetcher.processes.payload import SlotWriter
+from seqloader.prefetcher.wire import SlotWriter
 from seqloader.sequences import stage_times
 from seqloader.sequences.base import LazySequence
 
@@ -175,7 +175,7 @@ class EpochBatches(LazySequence):
     def slot_item(self, b: int) -> Any:
         """Batch ``b`` as a worker computes it for its slot: with torch's ``default_collate``, a
         :class:`SlotCollate` that the worker writes straight into the slot (the explicit request
-        of :mod:`seqloader.prefetcher.processes.payload`; reads inside the dataset index as usual)."""
+        of :data:`seqloader.prefetcher.wire.SLOT_ITEM`; reads inside the dataset index as usual)."""
         return self._batch(b, True)
 
     def _batch(self, b: int, in_slot: bool) -> Any:
@@ -192,7 +192,7 @@ class EpochBatches(LazySequence):
             data = read(indices) if times is None else times.call(FETCH, read, indices)
             if in_slot and self._auto_collation and is_default_collate(self._collate_fn) and data \
                     and has_arrays(data[0]):
-                out: Any = SlotCollate(data, key, {"batch": b, "epoch": self._epoch}, indices=indices)
+                out: Any = SlotCollate(data, key, {"batch": self.epoch_batch(b), "epoch": self._epoch}, indices=indices)
             elif times is None:
                 out = collate_in_plain_memory(self._collate_fn, data)
             else:
@@ -200,12 +200,17 @@ class EpochBatches(LazySequence):
         except BaseException as exc:  # SystemExit, KeyboardInterrupt too: every executor names the item
             if isinstance(data, dict) and self._auto_collation and is_default_collate(self._collate_fn):
                 add_note(exc, COLUMNAR_HINT)
-            note_batch_error(exc, self._dataset, indices, b, self._epoch, fetching=data is None)
+            note_batch_error(exc, self._dataset, indices, self.epoch_batch(b), self._epoch, fetching=data is None)
             raise
         finally:
             if watched is not None:
-                watched[0].check(watched[1], lambda: f"batch {b} of epoch {self._epoch}")
+                watched[0].check(watched[1], lambda: f"batch {self.epoch_batch(b)} of epoch {self._epoch}")
         return out
+
+    def epoch_batch(self, b: int) -> int:
+        """Batch ``b``'s number in its epoch, as messages name it (``b`` counts from where the epoch
+        was opened: a resume, or an autotune switch)."""
+        return self._plan.epoch_batch(b)
 
     def indices(self, b: int) -> Any:
         """The dataset indices batch ``b`` reads (one index with ``batch_size=None``)."""

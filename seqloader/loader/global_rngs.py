@@ -40,7 +40,8 @@ import torch
 
 from seqloader.loader.plain_routes import plain_routes
 
-__all__ = ["Snapshot", "Views", "layout", "numpy_state", "raw_views", "reseeded", "reseeding", "reseeds"]
+__all__ = ["Snapshot", "Views", "layout", "numpy_state", "random_state", "raw_views", "reseeded", "reseeding",
+           "reseeds"]
 
 _MT_WORDS = 624
 _MT_BYTES = 4 * _MT_WORDS + 4  # numpy's mt19937_state and CPython's RandomObject: 624 words + an int
@@ -212,6 +213,20 @@ def numpy_state() -> Any:
         name, words, pos, has_gauss, gauss = state  # the legacy tuple form
         return name, np.asarray(words).tobytes(), pos, has_gauss, gauss
     return views.numpy_mt.tobytes(), views.numpy_gauss.tobytes()
+
+
+def random_state() -> Any:
+    """The raw state of ``random``'s hidden instance (its words, index and cached Gaussian; or
+    ``random.getstate()`` where the raw layout is unknown or on the plain route), for comparing.
+
+    Example:
+        >>> before = random_state(); _ = random.random(); random_state() == before
+        False
+    """
+    views = raw_views()
+    if views is None:
+        return random.getstate()
+    return views.random_mt.tobytes(), views.inst.gauss_next
 
 
 class Snapshot:

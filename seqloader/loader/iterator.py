@@ -64,11 +64,12 @@ def describe_batch(seq: Any, b: int) -> str:
         >>> describe_batch(seq, 2), describe_batch(object(), 2)
         ('batch 2 (dataset indices [8, 9])', 'batch 2')
     """
-    if isinstance(seq, EpochBatches):
+    if isinstance(seq, EpochBatches):   # named by its number in the epoch (the opened epoch may start mid-way)
         try:
-            return f"batch {b} (dataset indices {_listed(seq.indices(b))})"
+            return f"batch {seq.epoch_batch(b)} (dataset indices {_listed(seq.indices(b))})"
         except Exception as exc:  # a message must not fail: say so in it
-            return f"batch {b} (its dataset indices could not be computed: {type(exc).__name__}: {exc})"
+            return f"batch {b} of the opened epoch (its number and dataset indices could not be computed: " \
+                   f"{type(exc).__name__}: {exc})"
     return f"batch {b}"
 
 
@@ -100,7 +101,8 @@ def infrastructure_error(exc: BaseException, timeout: float, batch: int, seq: An
             doing = "while producing one of " + ", ".join(describe_batch(seq, b) for b in exc.suspects)
         else:
             doing = "while idle"
-        return worker_error(timed_out=False, timeout=timeout, batch=f"batch {batch}", worker_id=exc.worker_id,
+        shown = seq.epoch_batch(batch) if isinstance(seq, EpochBatches) else batch
+        return worker_error(timed_out=False, timeout=timeout, batch=f"batch {shown}", worker_id=exc.worker_id,
                             pid=exc.pid, exitcode=exc.exitcode, doing=doing, detail=str(exc))
     if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
         return open_files_error(exc)

@@ -6,7 +6,8 @@ that reproducible whichever process computes an item, the item is computed right
 :func:`seqloader.rng.derive_seed`. In the main process the caller's RNG states are saved and put
 back around that work by :func:`preserved_globals`. A thread worker's generators are its own
 (:mod:`seqloader.loader.thread_workers`): :func:`seed_globals` seeds those there, with the same
-seeds, and :func:`watch_globals` lets its probe report draws from the shared globals.
+seeds, and :func:`watch_globals` lets its probe report draws from the shared globals. The
+generators are written by :func:`seqloader.loader.rngs.seed_generators`, the one seeder.
 """
 
 from __future__ import annotations
@@ -15,18 +16,13 @@ import contextlib
 import random
 from typing import Iterator, Optional
 
-import numpy as np
-import torch
-
-from seqloader.loader.global_rngs import Snapshot, reseeded, reseeding
+from seqloader.loader.global_rngs import Snapshot
+from seqloader.loader.rngs import seed_generators
 from seqloader.loader.thread_workers import GlobalDrawProbe, current_thread_rngs
 from seqloader.orders.orders import DERIVATION  # the scheme's number lives with the orders it names
 from seqloader.rng import derive_seed, hash_seed
 
 __all__ = ["DERIVATION", "preserved_globals", "sampler_globals", "seed_globals", "torch_seed", "watch_globals"]
-
-
-_C_SEED = random.Random.__mro__[1].seed  # type: ignore[attr-defined]  # _random.Random.seed, under random.Random.seed
 
 
 def torch_seed(s: int, derivation: int = DERIVATION) -> int:
@@ -63,23 +59,9 @@ def seed_globals(seed: int, epoch: int, index: int, derivation: int = DERIVATION
     else:
         s = hash_seed(seed, "batch_globals", epoch, index)
     rngs = current_thread_rngs()
-    if rngs is not None:
-        own = rngs.rng
-        _C_SEED(own.random_generator, s)
-        own.random_generator.gauss_next = None
-        own.numpy_generator.seed(s & 0xFFFFFFFF)
-        own.torch_generator.manual_seed(torch_seed(s, derivation))
-        return s
-    reseeding()
-    # random.seed(s) without its Python wrapper (the same two steps, ~1 µs less per batch)
-    _C_SEED(random._inst, s)
-    random._inst.gauss_next = None  # type: ignore[attr-defined]
-    np.random.seed(s & 0xFFFFFFFF)
-    reseeded()
-    # Same stream as torch.manual_seed(s) on the CPU, without its accelerator hooks: those cost
-    # about 1 ms per call on a CPU-only build and would reseed CUDA generators that
-    # preserved_globals does not restore.
-    torch.default_generator.manual_seed(torch_seed(s, derivation))
+    # torch's CPU generator alone, not torch.manual_seed: its accelerator hooks cost about 1 ms per
+    # call on a CPU-only build and would reseed CUDA generators that preserved_globals does not restore
+    seed_generators(s, s & 0xFFFFFFFF, torch_seed(s, derivation), rng=None if rngs is None else rngs.rng)
     return s
 
 
@@ -122,9 +104,5 @@ def sampler_globals(seed: int, epoch: int, derivation: int = DERIVATION) -> Iter
     """
     s = derive_seed(seed, "sampler", epoch)
     with preserved_globals():
-        reseeding()
-        random.seed(s)
-        np.random.seed(s & 0xFFFFFFFF)
-        reseeded()
-        torch.default_generator.manual_seed(torch_seed(s, derivation))
+        seed_generators(s, s & 0xFFFFFFFF, torch_seed(s, derivation))
         yield

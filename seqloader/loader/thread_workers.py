@@ -19,8 +19,11 @@ computes in an epoch: a profile hook of that thread only (``sys.setprofile``) se
 and recognises a draw from ``random``'s global instance (exact: what other threads do is never
 attributed to the worker), or a torch random function that moved torch's default generator
 during the call. numpy's functions do not show in a profile (Cython): its global state is
-compared before and after the batch instead. For torch and numpy, seqloader's own settings of
-the global states (a ``num_workers=0`` loader of the same process) are told apart
+compared before and after the batch instead. Both compares are the one draw check
+(:class:`~seqloader.loader.rngs.DrawCheck`); the hook only narrows the window, and cannot go:
+a compare around the whole batch blames the training loop's own draws on the worker (issue 42
+measured it, ``docs/design.md``). For torch and numpy, seqloader's own settings of the global
+states (a ``num_workers=0`` loader of the same process) are told apart
 (:func:`~seqloader.loader.global_rngs.reseeds`), but a draw from those globals by another thread
 at that moment is blamed on the worker (torch's functions release the GIL): a warning too many,
 never a batch changed. The first such batch logs a ``RuntimeWarning`` (once per loader) naming
@@ -35,16 +38,16 @@ same). On the plain ``worker_info`` route thread workers are refused (:class:`Th
 from __future__ import annotations
 
 import copy
+import os
 import random
 import sys
 import threading
 import warnings
 from typing import Any, Callable, ContextManager, Optional
 
-import torch
-
-from seqloader.loader.global_rngs import Snapshot, numpy_state, reseeded, reseeding, reseeds
+from seqloader.loader.global_rngs import Snapshot, reseeded, reseeding
 from seqloader.loader.plain_routes import plain_routes
+from seqloader.loader.rngs import DrawCheck
 from seqloader.loader.torch_compat import (hold_thread_worker_info_for_process, install_thread_worker_info,
                                            install_worker_info, refuse_thread_workers_on_plain_route,
                                            thread_generators, thread_worker_info)
@@ -54,7 +57,20 @@ from seqloader.sequences import stage_times
 __all__ = ["GlobalDrawProbe", "ThreadRNGs", "ThreadWorkerSetup", "current_thread_rngs", "use_thread_rngs"]
 
 _local = threading.local()  # .rngs: the ThreadRNGs of a thread worker
+#: held while a thread worker runs the user's ``worker_init_fn`` (:meth:`ThreadWorkerSetup._run_user_fn`):
+#: the global generators are the process's, so one snapshot-call-restore at a time in the process
+_INIT_LOCK = threading.Lock()
 
+
+def _new_init_lock() -> None:
+    global _INIT_LOCK
+    _INIT_LOCK = threading.Lock()   # a forked child has none of its parent's threads: none holds it
+
+
+os.register_at_fork(after_in_child=_new_init_lock)
+
+
+_NUMPY, _TORCH = ("numpy.random",), ("torch",)  # what the probe's checks watch
 
 #: Names of torch's functions and tensor methods that draw from a generator.
 TORCH_DRAWS = frozenset({
@@ -65,34 +81,32 @@ TORCH_DRAWS = frozenset({
 
 
 class _Hook:
-    """The profile hook of one watched batch: what it saw drawn from the global generators."""
+    """The profile hook of one watched batch: what it saw drawn from the global generators. It
+    says *when* to compare (:class:`~seqloader.loader.rngs.DrawCheck`, the one draw check): torch's
+    state around each call of this thread to a torch random function, numpy's around the batch."""
 
-    __slots__ = ("found", "_random", "_torch", "_before", "_numpy", "_reseeds")
+    __slots__ = ("found", "_random", "_torch", "_numpy")
 
     def __init__(self) -> None:
         self.found: list[str] = []
         self._random = random._inst
-        self._torch = torch.default_generator
-        self._before: Any = None
-        self._numpy, self._reseeds = numpy_state(), reseeds()
+        self._torch: Optional[DrawCheck] = None
+        self._numpy = DrawCheck(_NUMPY)
 
     def numpy_changed(self) -> bool:
-        """numpy's global state moved during the batch, and not by seqloader's own seeding (none
-        was under way when the batch began, none began since)."""
-        begun, finished = self._reseeds
-        return numpy_state() != self._numpy and begun == finished and reseeds()[0] == begun
+        """numpy's global state moved during the batch, and not by seqloader's own setting."""
+        return bool(self._numpy.drawn())
 
     def __call__(self, frame: Any, event: str, arg: Any) -> None:
         if event == "c_call":
             if getattr(arg, "__self__", None) is self._random:
                 self.found.append("random")
             elif getattr(arg, "__name__", None) in TORCH_DRAWS:
-                self._before = (self._torch.get_state(), reseeds())
-        elif event in ("c_return", "c_exception") and self._before is not None:
-            state, (begun, finished) = self._before
-            if not torch.equal(state, self._torch.get_state()) and begun == finished and reseeds()[0] == begun:
+                self._torch = DrawCheck(_TORCH)
+        elif event in ("c_return", "c_exception") and self._torch is not None:
+            if self._torch.drawn():
                 self.found.append("torch")
-            self._before = None
+            self._torch = None
 
 
 class GlobalDrawProbe:
@@ -241,21 +255,25 @@ class ThreadWorkerSetup:
     def _run_user_fn(self, worker_id: int) -> None:
         """``worker_init_fn(worker_id)`` in a thread worker, leaving the training process's global
         generators as they were: torch's idiom ``np.random.seed(worker_id)`` seeds a worker
-        *process*'s own globals, but here they are the training loop's. Their states are taken
-        before and put back after (bracketed as seqloader's own setting, so the probe does not
-        blame it); a change is warned about once per loader, since it has no effect on items."""
+        *process*'s own globals, but here they are the training loop's. The thread workers of this
+        process run their ``worker_init_fn`` one at a time (:data:`_INIT_LOCK`), each between a
+        snapshot of the three states and its restore (bracketed as seqloader's own setting, so the
+        probe does not blame it): one at a time, so that no thread takes its snapshot while another
+        thread's function has changed the states and not yet put them back (the race of issue 42).
+        A change is warned about once per loader, since it has no effect on items."""
         user_fn = self.user_fn
         assert user_fn is not None  # (the caller checked)
-        reseeding()
-        try:
-            snapshot, before = Snapshot(), _global_states()
+        with _INIT_LOCK:
+            reseeding()
             try:
-                user_fn(worker_id)
+                snapshot, check = Snapshot(), DrawCheck()
+                try:
+                    user_fn(worker_id)
+                finally:
+                    changed = bool(check.moved())
+                    snapshot.restore()
             finally:
-                changed = _global_states() != before
-                snapshot.restore()
-        finally:
-            reseeded()
+                reseeded()
         if changed and self.probe is not None and self.probe.first_init_warning():
             warnings.warn(
                 "seqloader.DataLoader(worker_method='thread'): worker_init_fn changed the global random, "
@@ -270,11 +288,6 @@ class ThreadWorkerSetup:
         if self.stages:
             stage_times.disable()
         use_thread_rngs(None)
-
-
-def _global_states() -> tuple:
-    """The three global generators' states, for comparing (not restoring)."""
-    return random.getstate(), numpy_state(), bytes(torch.default_generator.get_state().numpy())
 
 
 def process_info_for_threads(worker_id: int, num_workers: int, seed: int, dataset: Any) -> None:

@@ -17,20 +17,18 @@ epoch, or kept and re-targeted with ``persistent_workers``; with ``max_worker_re
 
 from __future__ import annotations
 
-import random
 from typing import Any, Callable, Optional
 
-import numpy as np
 import torch
 
 from seqloader.errors import check_int
 from seqloader.loader.iterator import describe_batch
+from seqloader.loader.rngs import seed_generators
 from seqloader.loader.thread_workers import GlobalDrawProbe, ThreadWorkerSetup
 from seqloader.loader.torch_compat import install_worker_info, numpy_worker_seed
 from seqloader.prefetcher.api import prefetch
 from seqloader.prefetcher.prefetch import Prefetch
-from seqloader.prefetcher.options import ExecutorOptions, ProcessWorkers, ThreadWorkers, choose_executor
-from seqloader.prefetcher.ray_options import RayWorkers
+from seqloader.prefetcher.options import ExecutorOptions, choose_executor
 from seqloader.rng import derive_seed
 from seqloader.sequences import stage_times
 
@@ -68,9 +66,7 @@ class TorchWorkerSetup:
 
     def __call__(self, worker_id: int) -> None:
         seed = self.base_seed + worker_id
-        random.seed(seed)
-        torch.manual_seed(seed)
-        np.random.seed(numpy_worker_seed(self.base_seed, worker_id))
+        seed_generators(seed, numpy_worker_seed(self.base_seed, worker_id), seed, accelerators=True)  # torch's
         install_worker_info(worker_id, self.num_workers, seed, self.dataset, thread_local=self.threads > 1)
         if self.stages and self.threads == 1:
             stage_times.enable()
@@ -120,12 +116,7 @@ def executor_options(worker_method: Any, multiprocessing_context: Any, threads_p
     """
     options = choose_executor(worker_method, multiprocessing_context=multiprocessing_context,
                               threads_per_worker=threads_per_worker, stage="DataLoader", argument="worker_method")
-    if isinstance(options, RayWorkers) and num_workers == 0:
-        raise ValueError("DataLoader: worker_method='ray' needs num_workers > 0 (got num_workers=0): num_workers "
-                         "is the number of Ray actors")
-    if isinstance(options, ProcessWorkers) and options.threads > 1 and num_workers == 0:
-        raise ValueError(f"DataLoader: threads_per_worker={options.threads} needs num_workers > 0 (got "
-                         "num_workers=0): the threads run inside the worker processes")
+    options.check_num_workers(num_workers, "DataLoader")
     return options
 
 
@@ -133,12 +124,11 @@ def method_word(options: ExecutorOptions) -> Any:
     """torch's ``worker_method`` for ``options`` (a ``RayWorkers`` stays itself).
 
     Example:
+        >>> from seqloader import ProcessWorkers, ThreadWorkers
         >>> method_word(ProcessWorkers(threads=2)), method_word(ThreadWorkers())
         ('multiprocessing', 'thread')
     """
-    if isinstance(options, ProcessWorkers):
-        return "multiprocessing"
-    return "thread" if isinstance(options, ThreadWorkers) else options
+    return options.word
 
 
 def worker_base_seed(seed: int, epoch: int) -> int:
@@ -181,25 +171,21 @@ class Workers:
         restarts = loader.max_worker_restarts
         if restarts and loader.persistent_workers:
             respawn = self._respawn_current  # follows reset(): each epoch brings its own
-        options = loader.executor
-        if isinstance(options, RayWorkers):
-            pf = prefetch(seq, n, method=options, prefetch_factor=loader.prefetch_factor, timeout=loader.timeout,
-                          worker_init_fn=TorchWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages),
-                          shared=loader.dataset, affinity=affinity, restarts=restarts,
-                          respawn=respawn if restarts else None, describe=describe_batch)
-        elif isinstance(options, ThreadWorkers):
-            setup = ThreadWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, self.probe,
-                                      copy_dataset=isinstance(loader.dataset, torch.utils.data.IterableDataset))
-            pf = prefetch(seq, n, method=options, prefetch_factor=loader.prefetch_factor, worker_init_fn=setup,
-                          timeout=loader.timeout, affinity=affinity, describe=describe_batch)
-        else:
-            threads = options.threads
-            thread_setup = None if threads == 1 else ThreadWorkerSetup(n, base, loader.dataset, None, stages,
-                                                                       GlobalDrawProbe())
-            pf = prefetch(seq, n, method=options, prefetch_factor=loader.prefetch_factor,
-                          worker_init_fn=TorchWorkerSetup(n, base, loader.dataset, loader.worker_init_fn, stages, threads),
-                          timeout=loader.timeout, shared=loader.dataset, affinity=affinity, restarts=restarts,
-                          respawn=respawn if restarts else None, thread_init_fn=thread_setup, describe=describe_batch)
+        options, dataset, user_fn = loader.executor, loader.dataset, loader.worker_init_fn
+        shared: Any = None
+        thread_setup: Optional[ThreadWorkerSetup] = None
+        setup: Callable[[int], None]
+        if options.in_this_process:  # thread workers: torch's set-up per thread, nothing sent or replaced
+            setup = ThreadWorkerSetup(n, base, dataset, user_fn, stages, self.probe,
+                                      copy_dataset=isinstance(dataset, torch.utils.data.IterableDataset))
+            restarts = 0
+        else:  # processes (worker processes, Ray actors): torch's set-up per process, the dataset sent once
+            setup, shared = TorchWorkerSetup(n, base, dataset, user_fn, stages, options.threads), dataset
+            if options.threads > 1:
+                thread_setup = ThreadWorkerSetup(n, base, dataset, None, stages, GlobalDrawProbe())
+        pf = prefetch(seq, n, method=options, prefetch_factor=loader.prefetch_factor, worker_init_fn=setup,
+                      timeout=loader.timeout, shared=shared, affinity=affinity, restarts=restarts,
+                      respawn=respawn if restarts else None, thread_init_fn=thread_setup, describe=describe_batch)
         if loader.persistent_workers:
             self.prefetch = pf
         return pf

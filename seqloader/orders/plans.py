@@ -108,6 +108,20 @@ class OrderPlan:
         """The global position after batch ``b`` (past ``n`` for a padded last batch)."""
         return self.start + min(self._offset(b + 1), self.per_rank) * self.world
 
+    def epoch_batch(self, b: int) -> int:
+        """Batch ``b``'s number in its epoch on this rank (a plan may start mid-epoch: a resume).
+
+        Example:
+            >>> OrderPlan(RangeOrder(20), start=8, batch_size=2, drop_last=False, world_size=2).epoch_batch(1)
+            3
+            >>> OrderPlan(RangeOrder(20), 6, BatchSizes(2, [(1, 4)]), False, first_step=2).epoch_batch(0)
+            2
+        """
+        before = self.start // self.world   # samples this rank read this epoch before batch 0
+        if self._sizes is None:
+            return before // self.bs + b
+        return self._sizes.steps_before(self.first_step, before) + b
+
 
 class BatchListPlan:
     """The batches a custom ``batch_sampler`` yielded this epoch, from sample ``start`` on."""
@@ -141,6 +155,10 @@ class BatchListPlan:
 
     def end_position(self, b: int) -> int:
         return int(self.ends[self.first + b])
+
+    def epoch_batch(self, b: int) -> int:
+        """Batch ``b``'s number in its epoch (the batch sampler's ``first + b``-th batch)."""
+        return self.first + b
 
 
 def materialise_batches(batch_sampler: Any) -> list[list[Any]]:

@@ -3,24 +3,20 @@ the executor ``method`` names: worker processes (``"process"``, optionally ``thr
 threads inside each), threads of this process (``"thread"``) or Ray actors on a cluster (``"ray"``
 or a :class:`~seqloader.prefetcher.ray_options.RayWorkers`).
 
-The process and Ray executors are imported on first use, so ``prefetch(..., method="thread")``
-never imports torch, the shared-memory transport or ``ray``.
+The options object (:func:`~seqloader.prefetcher.options.choose_executor`) checks the arguments
+against its executor and builds it; this module does not branch on which it is. The process and
+Ray executors are imported on first use, so ``prefetch(..., method="thread")`` never imports
+torch, the shared-memory transport or ``ray``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
+from typing import Any, Callable, Sequence
 
 from seqloader.errors import check_positive_int
-from seqloader.prefetcher.checks import check_restarts, check_seq, check_timeout, check_workers, resolve_context
+from seqloader.prefetcher.checks import check_seq, check_timeout, check_workers
+from seqloader.prefetcher.options import ExecutorOptions, choose_executor
 from seqloader.prefetcher.prefetch import Prefetch
-from seqloader.prefetcher.ray import RayExecutor
-from seqloader.prefetcher.options import ExecutorOptions, ThreadWorkers, choose_executor
-from seqloader.prefetcher.ray_options import RayWorkers
-from seqloader.prefetcher.threads import ThreadExecutor
-
-if TYPE_CHECKING:  # imported lazily below: importing it imports torch
-    from seqloader.prefetcher.processes.executor import ProcessExecutor
 
 __all__ = ["prefetch"]
 
@@ -69,6 +65,11 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str | ExecutorOptions =
     the items the reader had not got yet, at most ``N`` times per sequence; an item that kills
     two workers is never computed a third time (:mod:`seqloader.prefetcher.healing`).
 
+    ``multiprocessing_context``, ``threads_per_worker`` and ``thread_init_fn`` are the fields of
+    :class:`~seqloader.prefetcher.options.ProcessWorkers` (``context``, ``threads``,
+    ``thread_init_fn``), spelled as torch spells them: they are folded into the options object at
+    once, and every executor gets its arguments from its options object alone.
+
     Args:
         seq: a sequence (``len`` and integer indexing); picklable for ``spawn``/``forkserver``.
         num_workers: worker processes (threads for ``method="thread"``), ``>= 1`` (there is no
@@ -78,9 +79,11 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str | ExecutorOptions =
             :class:`~seqloader.prefetcher.options.ThreadWorkers` or
             :class:`~seqloader.prefetcher.ray_options.RayWorkers`
             (:func:`~seqloader.prefetcher.options.choose_executor`).
-        threads_per_worker: items each worker process computes at once (``method="process"``).
+        threads_per_worker: items each worker process computes at once (``method="process"``;
+            the same as ``method=ProcessWorkers(threads=...)``).
         thread_init_fn: ``thread_init_fn(worker_id, thread)`` in each thread of a worker process
-            (``threads_per_worker > 1``).
+            (``threads_per_worker > 1``; the same as ``ProcessWorkers(thread_init_fn=...)``, and
+            added to a ``ProcessWorkers`` given as ``method`` that has none).
         describe: ``describe(seq, i) -> str``, the words for item ``i`` of ``seq`` (the sequence
             being read: the first, or the latest :meth:`Prefetch.reset`'s) in the messages about a
             dead worker (the healing WARNING, ``WorkerDied``); ``None``: ``"item {i}"``. A layer
@@ -88,7 +91,8 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str | ExecutorOptions =
             the prefetcher knowing what they are.
         prefetch_factor: jobs in flight per worker (per thread of a worker process), ``>= 1``.
         multiprocessing_context: ``None`` (platform default), ``"fork"``, ``"spawn"``,
-            ``"forkserver"`` or a ``multiprocessing`` context object.
+            ``"forkserver"`` or a ``multiprocessing`` context object (the same as
+            ``method=ProcessWorkers(context=...)``).
         worker_init_fn: called as ``worker_init_fn(worker_id)`` in each worker before it
             computes anything (an error there is raised by :meth:`Prefetch.start` or the
             first read, naming the worker).
@@ -137,56 +141,16 @@ def prefetch(seq: Sequence, num_workers: int, *, method: str | ExecutorOptions =
         ValueError: prefetch: threads_per_worker applies to worker processes only (got 2 with method='ray'); each actor computes one item at a time: raise num_workers instead
     """
     options = choose_executor(method, multiprocessing_context=multiprocessing_context,
-                              threads_per_worker=threads_per_worker)
+                              threads_per_worker=threads_per_worker, thread_init_fn=thread_init_fn)
     check_seq("prefetch", seq)
     workers = check_workers(num_workers)
     prefetch_factor = check_positive_int("prefetch", "prefetch_factor", prefetch_factor)
     timeout = check_timeout(timeout)
-    for name, fn in (("worker_init_fn", worker_init_fn), ("thread_init_fn", thread_init_fn), ("describe", describe)):
+    for name, fn in (("worker_init_fn", worker_init_fn), ("describe", describe)):
         if fn is not None and not callable(fn):
             raise TypeError(f"prefetch: {name} must be callable or None (got {type(fn).__name__})")
     if not isinstance(affinity, bool):
         raise TypeError(f"prefetch: affinity must be a bool (got {type(affinity).__name__})")
-    executor: Any
-    if isinstance(options, ThreadWorkers):
-        _check_thread_arguments(shared, restarts, respawn, thread_init_fn)
-        executor = ThreadExecutor(workers, worker_init_fn)
-    elif isinstance(options, RayWorkers):
-        if thread_init_fn is not None:
-            raise ValueError("prefetch: thread_init_fn applies to worker processes only (got it with method='ray'); "
-                             "each actor computes one item at a time: use worker_init_fn")
-        restarts = check_restarts(restarts, respawn)
-        executor = RayExecutor(workers, worker_init_fn, seq if shared is None else shared, options)
-    else:
-        if thread_init_fn is not None and options.threads == 1:
-            raise ValueError("prefetch: thread_init_fn runs in the threads of a worker process; pass "
-                             "threads_per_worker > 1 too (got threads_per_worker=1)")
-        restarts = check_restarts(restarts, respawn)
-        executor = _process_executor(resolve_context(options.context), workers, worker_init_fn,
-                                     seq if shared is None else shared, options.threads, thread_init_fn, prefetch_factor)
+    restarts = options.check("prefetch", shared=shared, restarts=restarts, respawn=respawn)
+    executor = options.build(workers, worker_init_fn, seq if shared is None else shared, prefetch_factor)
     return Prefetch(seq, executor, prefetch_factor, timeout, affinity, restarts, respawn, describe)
-
-
-def _process_executor(ctx: Any, workers: int, worker_init_fn: Any, shared: Any, threads: int,
-                      thread_init_fn: Any, prefetch_factor: int) -> ProcessExecutor:
-    from seqloader.prefetcher.processes.executor import ProcessExecutor  # lazily: it imports torch
-
-    return ProcessExecutor(ctx, workers, worker_init_fn, shared, threads, keep=prefetch_factor + 1,
-                           thread_init_fn=thread_init_fn)
-
-
-def _check_thread_arguments(shared: Any, restarts: Any, respawn: Any, thread_init_fn: Any) -> None:
-    """Refuse the process-only arguments of :func:`prefetch` under ``method="thread"`` (the start method
-    and ``threads_per_worker`` are :func:`~seqloader.prefetcher.options.choose_executor`'s)."""
-    why = {
-        "shared": "threads share this process's objects",
-        "restarts": "threads do not die as processes do (an item's exception is its outcome)",
-        "respawn": "threads do not die as processes do (an item's exception is its outcome)",
-        "thread_init_fn": "worker_init_fn runs in each thread already",
-    }
-    given = {"shared": shared, "restarts": None if restarts == 0 else restarts, "respawn": respawn,
-             "thread_init_fn": thread_init_fn}
-    for name, value in given.items():
-        if value is not None:
-            raise ValueError(f"prefetch: {name} applies to worker processes only (got {value!r} with "
-                             f"method='thread'); {why[name]}")

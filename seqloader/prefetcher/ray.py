@@ -8,12 +8,13 @@ order, seeks, times out, notes errors, heals and counts, exactly as for processe
 this module only starts actors, sends them jobs and reports what happened. ``ray`` is imported
 on first use (``pip install seqloader[ray]``): ``import seqloader`` never imports it.
 
-:class:`~seqloader.prefetcher.ray_options.RayWorkers` is the public options object (with the
-connection, in :mod:`~seqloader.prefetcher.ray_options`): ``prefetch(seq, n, method=RayWorkers(...))``
-or ``DataLoader(worker_method=RayWorkers(...))`` (``"ray"``: the defaults).
+:class:`~seqloader.prefetcher.ray_options.RayWorkers` is the public options object, which builds
+this executor (:meth:`~seqloader.prefetcher.ray_options.RayWorkers.build`; the connection is in
+:mod:`~seqloader.prefetcher.ray_connect`): ``prefetch(seq, n, method=RayWorkers(...))`` or
+``DataLoader(worker_method=RayWorkers(...))`` (``"ray"``: the defaults).
 
 NOTE [ Ray executor: jobs, deaths and the shutdown protocol ]
-1. Connecting (:func:`~seqloader.prefetcher.ray_options.connect`): an existing ``ray.init()`` connection is used; else
+1. Connecting (:func:`~seqloader.prefetcher.ray_connect.connect`): an existing ``ray.init()`` connection is used; else
    ``ray.init(address=...)`` with ``RayWorkers.address`` (default ``"auto"``: the cluster this
    host belongs to). No cluster is an error saying how to start one; a local one is never
    started silently.
@@ -50,9 +51,9 @@ from typing import Any, Callable, Optional, Sequence
 from seqloader.prefetcher.executor import Died, Done, Event, SetupFailed, Started
 from seqloader.prefetcher.faults import rebuild_error
 from seqloader.prefetcher.ray_actor import FAILED, SKIPPED, RayWorker, decode, dumps_shared, dumps_with_shared
-from seqloader.prefetcher.ray_options import RayWorkers, check_feasible, connect
+from seqloader.prefetcher.ray_connect import check_feasible, connect
 
-__all__ = ["CLOSE_TIMEOUT", "RayExecutor", "RayWorkers"]
+__all__ = ["CLOSE_TIMEOUT", "RayExecutor"]
 
 #: ``close()`` waits at most this many seconds for Ray to report the killed actors dead.
 CLOSE_TIMEOUT = 10.0
@@ -80,14 +81,15 @@ class RayExecutor:
         worker_init_fn: ``worker_init_fn(worker_id)``, run first in each actor, or ``None``.
         shared: put in the object store once and sent to each actor at its set-up; sequences
             that reference it are pickled with a reference instead of a copy.
-        options: a :class:`RayWorkers`.
+        options: a :class:`~seqloader.prefetcher.ray_options.RayWorkers` (not imported here: it
+            builds this executor).
     """
 
     kind = "ray"
     concurrency = 1
 
     def __init__(self, num_workers: int, worker_init_fn: Optional[Callable[[int], None]], shared: Any,
-                 options: RayWorkers):
+                 options: Any):
         self.num_workers, self.options = num_workers, options
         self._warned: dict = {}  # the registry of the actors' warnings issued again here (once each)
         self._init, self._shared = worker_init_fn, shared

@@ -17,7 +17,8 @@ Its methods run in three concurrency groups (one thread each):
   the actor's whole life, so a dead actor or node fails it: a sentinel, as a process's is, for
   idle workers too.
 
-Wire format. A job's reply is a small tuple: ``(SKIPPED,)``, or ``(DONE, ok, seconds, stages, data,
+Wire format (the pickling is :mod:`seqloader.prefetcher.wire`'s, shared with the worker
+processes). A job's reply is a small tuple: ``(SKIPPED,)``, or ``(DONE, ok, seconds, stages, data,
 buffers, warned)`` where ``data`` is the value (``ok``) or an :func:`~seqloader.prefetcher.faults.error_report`
 pickled with protocol 5, ``buffers`` its out-of-band buffers (numpy arrays' and plain CPU
 tensors' bytes) as ``uint8`` numpy arrays, and ``warned`` the warnings the item showed, which the
@@ -31,10 +32,8 @@ once per actor.
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
-import sys
 import threading
 import time
 import warnings
@@ -42,7 +41,9 @@ from typing import Any, Optional
 
 import numpy as np
 
+from seqloader.prefetcher import wire
 from seqloader.prefetcher.faults import error_report
+from seqloader.prefetcher.wire import TRANSFER, loads_with_shared
 from seqloader.sequences import stage_times
 
 __all__ = ["DONE", "FAILED", "SKIPPED", "STARTED", "TRANSFER", "RayWorker", "decode", "dumps_shared",
@@ -50,44 +51,25 @@ __all__ = ["DONE", "FAILED", "SKIPPED", "STARTED", "TRANSFER", "RayWorker", "dec
 
 #: Reply tags (first item of every reply tuple).
 STARTED, FAILED, DONE, SKIPPED = "started", "failed", "done", "skipped"
-#: The stage name of pickling a result in the actor (when stages are timed).
-TRANSFER = "transfer"
 #: The pending :meth:`RayWorker.watch` call sleeps this many seconds at a time.
 WATCH_INTERVAL = 1.0
-
-_SHARED_PID = "seqloader.shared"
 
 
 # --------------------------------------------------------------------------- sequences and set-up
 
 
 def dumps_with_shared(obj: Any, shared: Any, buffers: Optional[list] = None) -> bytes:
-    """``obj`` pickled with ``cloudpickle`` (protocol 5); ``shared`` (sent to each actor once) is
-    referred to by id. With ``buffers``, arrays and plain CPU tensors go there, out of band.
+    """``obj`` pickled with ``cloudpickle`` (protocol 5) by the wire's
+    :func:`~seqloader.prefetcher.wire.dumps_with_shared`: ``shared`` (sent to each actor once) is
+    referred to by id, plain CPU tensors are reduced as values are. With ``buffers``, arrays and
+    plain CPU tensors go there, out of band.
 
     Raises:
         Exception: whatever pickling ``obj`` raises.
     """
     from ray import cloudpickle  # lazily: only a driver that uses Ray gets here
 
-    tensors = "torch" in sys.modules
-    if tensors:
-        from seqloader.prefetcher.processes.payload import reduce_tensor
-
-    class _Pickler(cloudpickle.CloudPickler):
-        def persistent_id(self, o: Any) -> Optional[str]:
-            return _SHARED_PID if o is shared and shared is not None else None
-
-        def reducer_override(self, o: Any) -> Any:
-            if tensors:
-                reduced = reduce_tensor(o)
-                if reduced is not NotImplemented:
-                    return reduced
-            return super().reducer_override(o)
-
-    f = io.BytesIO()
-    _Pickler(f, protocol=5, buffer_callback=None if buffers is None else buffers.append).dump(obj)
-    return f.getvalue()
+    return wire.dumps_with_shared(obj, shared, buffers, pickler=cloudpickle.CloudPickler, tensors=True)
 
 
 def dumps_shared(shared: Any) -> tuple[bytes, list]:
@@ -99,34 +81,13 @@ def dumps_shared(shared: Any) -> tuple[bytes, list]:
     return data, [np.frombuffer(b.raw(), dtype=np.uint8) for b in buffers]
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: Any, shared: Any):
-        super().__init__(file)
-        self._shared = shared
-
-    def persistent_load(self, pid: Any) -> Any:
-        if pid == _SHARED_PID:
-            return self._shared
-        raise pickle.UnpicklingError(f"prefetch: unknown persistent id {pid!r}")  # pragma: no cover
-
-
-def loads_with_shared(blob: bytes, shared: Any) -> Any:
-    """Inverse of :func:`dumps_with_shared` where ``shared`` is at hand.
-
-    Example:
-        >>> blob = pickle.dumps([1, 2])  # plain pickles load too
-        >>> loads_with_shared(blob, shared=None)
-        [1, 2]
-    """
-    return _Unpickler(io.BytesIO(blob), shared).load()
-
-
 # --------------------------------------------------------------------------- values
 
 
 def encode(value: Any) -> tuple[bytes, list]:
-    """Pickle ``value`` (protocol 5): the in-band bytes and the out-of-band buffers as ``uint8``
-    numpy arrays (numpy arrays, and plain CPU tensors when torch is loaded, go out of band).
+    """Pickle ``value`` (protocol 5, the wire's :func:`~seqloader.prefetcher.wire.encode`): the
+    in-band bytes and the out-of-band buffers as ``uint8`` numpy arrays (numpy arrays, and plain
+    CPU tensors, go out of band).
 
     Example:
         >>> data, buffers = encode({"x": np.arange(4, dtype=np.int64), "n": 3})
@@ -136,14 +97,8 @@ def encode(value: Any) -> tuple[bytes, list]:
         Traceback (most recent call last):
         TypeError: cannot pickle '_thread.lock' object
     """
-    if "torch" in sys.modules:  # a tensor can only exist where torch was imported
-        from seqloader.prefetcher.processes.payload import encode as encode_with_tensors
-
-        view, raws = encode_with_tensors(value)
-        return bytes(view), [np.frombuffer(r, dtype=np.uint8) for r in raws]
-    buffers: list = []
-    data = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
-    return data, [np.frombuffer(b.raw(), dtype=np.uint8) for b in buffers]
+    view, raws = wire.encode(value)
+    return bytes(view), [np.frombuffer(r, dtype=np.uint8) for r in raws]
 
 
 def decode(data: bytes, buffers: list) -> Any:

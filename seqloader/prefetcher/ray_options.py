@@ -1,20 +1,23 @@
-"""Where and how the Ray executor runs: :class:`RayWorkers` (the public options), connecting to a
-cluster (:func:`connect`) and checking that an actor can be placed at all (:func:`check_feasible`).
+"""Where and how the Ray executor runs: :class:`RayWorkers`, the public options.
 
-``ray`` is imported only by :func:`connect`: the options object is plain data, so ``import
-seqloader`` and ``DataLoader(worker_method=RayWorkers(...))`` import nothing of Ray until workers start.
-The executor itself is :class:`~seqloader.prefetcher.ray.RayExecutor`.
+``ray`` is imported only when workers start (:func:`~seqloader.prefetcher.ray_connect.connect`):
+the options object is plain data with its executor's behaviour, so ``import seqloader`` and
+``DataLoader(worker_method=RayWorkers(...))`` import nothing of Ray. The executor itself is
+:class:`~seqloader.prefetcher.ray.RayExecutor`, which :meth:`RayWorkers.build` makes.
 """
 
 from __future__ import annotations
 
 import math
-import socket
-import threading
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-__all__ = ["RayWorkers", "check_feasible", "connect"]
+from seqloader.prefetcher.checks import check_restarts
+
+if TYPE_CHECKING:
+    from seqloader.prefetcher.executor import Executor
+
+__all__ = ["RayWorkers"]
 
 
 @dataclass(frozen=True)
@@ -86,93 +89,49 @@ class RayWorkers:
         """
         return {"CPU": self.num_cpus, **(self.resources or {})}
 
+    # -- the executor's behaviour (see seqloader.prefetcher.options) ------------------------------
 
-def connect(options: RayWorkers) -> Any:
-    """The ``ray`` module, connected (see the NOTE above, 1).
+    @property
+    def name(self) -> str:
+        """The executor's word in messages."""
+        return "ray"
 
-    Raises:
-        ImportError: Ray is not installed (names the extra).
-        RuntimeError: there is no cluster to connect to (says how to start one).
-    """
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("prefetch: method='ray' needs Ray; install it with `pip install seqloader[ray]` "
-                          f"({exc})") from exc
-    if ray.is_initialized():
-        return ray
-    address = "auto" if options.address is None else options.address
-    hint = ("start one with `ray start --head` (and `ray start --address=<head>:6379` on each CPU host), then run "
-            "this again on a node of it, or call ray.init(...) first, or pass RayWorkers(address='<head>:6379')")
-    _check_reachable(address, options.connect_timeout, hint)
-    outcome: dict[str, Any] = {}
+    #: the workers are actors, processes anywhere on the cluster: items, sequences and ``shared`` are sent
+    in_this_process = False
+    #: each actor computes one item at a time
+    threads = 1
 
-    def init() -> None:
-        try:
-            ray.init(address=address)
-            outcome["ok"] = True
-        except BaseException as exc:  # handed to the caller below
-            outcome["error"] = exc
+    @property
+    def word(self) -> "RayWorkers":
+        """torch's ``worker_method`` for these options: the options themselves (where the actors run)."""
+        return self
 
-    thread = threading.Thread(target=init, name="seqloader-ray-connect", daemon=True)
-    thread.start()
-    thread.join(options.connect_timeout)
-    if thread.is_alive():
-        raise RuntimeError(f"prefetch: no answer from the Ray cluster at address={address!r} within "
-                           f"RayWorkers(connect_timeout={options.connect_timeout}) seconds; {hint}")
-    error = outcome.get("error")
-    if isinstance(error, ConnectionError):
-        raise RuntimeError(f"prefetch: no Ray cluster to connect to at address={address!r} ({error}); {hint}") from error
-    if error is not None:
-        raise error
-    return ray
+    def check_num_workers(self, num_workers: int, stage: str = "DataLoader") -> None:
+        """Refuse ``num_workers=0``: ``num_workers`` is the number of Ray actors.
 
+        Example:
+            >>> RayWorkers().check_num_workers(0)
+            Traceback (most recent call last):
+            ValueError: DataLoader: worker_method='ray' needs num_workers > 0 (got num_workers=0): num_workers is the number of Ray actors
+        """
+        if num_workers == 0:
+            raise ValueError(f"{stage}: worker_method='ray' needs num_workers > 0 (got num_workers=0): num_workers "
+                             "is the number of Ray actors")
 
-def _check_reachable(address: str, timeout: float, hint: str) -> None:
-    """Refuse at once an explicit ``host:port`` (or ``ray://host:port``) that no server answers at:
-    ``ray.init`` would retry it for many minutes.
+    def check(self, stage: str = "prefetch", *, shared: Any = None, restarts: Any = 0, respawn: Any = None) -> int:
+        """Ray actors take ``shared``, ``restarts`` (actors lost with their node are replaced) and
+        ``respawn``; the restarts, checked.
 
-    Example:
-        >>> _check_reachable("127.0.0.1:1", 5.0, "start one")
-        Traceback (most recent call last):
-        RuntimeError: prefetch: no Ray cluster answers at address='127.0.0.1:1' (connection refused); start one
-    """
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        return  # "auto", "local" or a form Ray resolves itself
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except ConnectionRefusedError:
-        why = "connection refused"
-    except OSError as exc:
-        why = str(exc) or type(exc).__name__
-    else:
-        return
-    raise RuntimeError(f"prefetch: no Ray cluster answers at address={address!r} ({why}); {hint}")
+        Example:
+            >>> RayWorkers().check(shared=[1], restarts=1)
+            1
+        """
+        return check_restarts(restarts, respawn)
 
+    def build(self, workers: int, worker_init_fn: Optional[Callable[[int], None]], shared: Any,
+              prefetch_factor: int) -> "Executor":
+        """The Ray executor: ``workers`` actors placed by Ray, ``shared`` sent to each once (``ray``
+        is imported when they start; ``prefetch_factor`` means nothing to it: Ray keeps the results)."""
+        from seqloader.prefetcher.ray import RayExecutor  # lazily: it stands on this module
 
-def check_feasible(ray: Any, options: RayWorkers) -> None:
-    """Raise when no live node could ever hold one actor (it would wait for a node forever).
-
-    Args:
-        ray: the connected ``ray`` module (only its ``nodes()`` is used).
-        options: what each actor reserves.
-
-    Raises:
-        ValueError: no live node has ``options.needs()``.
-
-    Example:
-        >>> from types import SimpleNamespace
-        >>> cluster = SimpleNamespace(nodes=lambda: [{"Alive": True, "Resources": {"CPU": 8.0}}])
-        >>> check_feasible(cluster, RayWorkers(num_cpus=4))
-        >>> check_feasible(cluster, RayWorkers(resources={"data_host": 1}))
-        Traceback (most recent call last):
-        ValueError: prefetch: no node of the Ray cluster can hold one worker actor (each needs {'CPU': 1, 'data_host': 1}; the 1 live node(s) have [{'CPU': 8.0, 'data_host': 0}]); lower RayWorkers(num_cpus=...) or resources, or add nodes that have them
-    """
-    need = options.needs()
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    if not any(all(n.get("Resources", {}).get(k, 0) >= v for k, v in need.items()) for n in nodes):
-        have = [{k: n.get("Resources", {}).get(k, 0) for k in need} for n in nodes]
-        raise ValueError(f"prefetch: no node of the Ray cluster can hold one worker actor (each needs {need}; the "
-                         f"{len(nodes)} live node(s) have {have}); lower RayWorkers(num_cpus=...) or resources, "
-                         "or add nodes that have them")
+        return RayExecutor(workers, worker_init_fn, shared, self)

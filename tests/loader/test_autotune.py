@@ -15,6 +15,7 @@ import json
 import logging
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -178,8 +179,19 @@ def test_refuses_an_iterable_dataset_and_a_bad_type():
 
     with pytest.raises(ValueError, match="needs a map-style dataset"):
         seqloader.DataLoader(Stream(), batch_size=2, num_workers=2, seed=0, autotune=True)
-    with pytest.raises(TypeError, match="autotune must be a bool or a policy"):
+    with pytest.raises(TypeError, match=r"autotune must be a bool or a policy .*\(got str 'yes'\)"):
         loader(noisy(), autotune="yes")
+    with pytest.raises(TypeError, match=r"\(got numpy\.int64 np\.int64\(1\)\)"):
+        loader(noisy(), autotune=np.int64(1))
+
+
+def test_a_numpy_bool_is_a_bool_and_a_negative_num_workers_gets_torchs_words():
+    assert seqloader.DataLoader(range(4), batch_size=2, autotune=np.True_).autotune
+    assert seqloader.DataLoader(range(4), batch_size=2, autotune=np.False_)._tuning is None
+    with pytest.raises(ValueError, match=r"^num_workers option should be non-negative; use num_workers=0"):
+        seqloader.DataLoader(range(4), batch_size=2, num_workers=-1, autotune=True)
+    with pytest.raises(ValueError, match=r"^num_workers option should be non-negative; use num_workers=0"):
+        torch.utils.data.DataLoader(range(4), batch_size=2, num_workers=-1)
 
 
 # -- the policy, fed numbers ------------------------------------------------------------------

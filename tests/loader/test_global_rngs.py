@@ -158,3 +158,52 @@ def test_tiny_items_at_zero_workers_give_the_pinned_batches_and_leave_the_caller
     assert out[-1][-1].tolist() == [29.0, 0.7812821267785609, 0.13428639319608926, 0.732358455657959]
     assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == (
         0.13436424411240122, 0.417022004702574, 0.7576315999031067)   # as right after seeding with 1
+
+
+# -- the one seeder and the one draw check (seqloader/loader/rngs.py, issue 42) ---------------------------
+
+
+def test_the_one_seeder_is_what_the_public_seed_calls_do():
+    """``seed_generators`` on the globals (both torch routes) and on a thread worker's own three."""
+    from seqloader.loader.rngs import seed_generators
+    from seqloader.loader.torch_compat import numpy_worker_seed, thread_generators
+
+    with global_rngs_kept():
+        for accelerators in (False, True):
+            random.gauss(0, 1); np.random.randn(1)   # cached Gaussians, which seeding drops
+            seed_generators(2**64 - 3, [1, 2, 3, 4], 2**62 + 5, accelerators=accelerators)
+            got = public_states()
+            random.seed(2**64 - 3); np.random.seed([1, 2, 3, 4]); torch.manual_seed(2**62 + 5)
+            assert_same(got, public_states())
+    own, want = thread_generators(11), (random.Random(11), np.random.RandomState(numpy_worker_seed(11, 0)))
+    assert own.random_generator.getstate() == want[0].getstate()
+    assert own.numpy_generator.get_state()[1].tolist() == want[1].get_state()[1].tolist()
+    assert own.torch_generator.initial_seed() == 11
+
+
+def global_rngs_kept():
+    from seqloader.loader.seeding import preserved_globals
+
+    return preserved_globals()
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["raw", "plain snapshots"])
+def test_the_draw_check_names_the_generators_that_moved_and_tells_seqloaders_settings_apart(plain):
+    from seqloader.loader.plain_routes import using_plain_routes
+    from seqloader.loader.rngs import DrawCheck, seed_generators
+
+    with using_plain_routes("snapshots" if plain else ""), global_rngs_kept():
+        for kind, moved in ((1, ("random", "numpy.random")), (3, ("numpy.random", "torch"))):
+            check = DrawCheck()
+            draw(kind, 5)
+            assert check.moved() == check.drawn() == moved
+        random.gauss(0, 1)   # leaves a cached Gaussian, which is state too:
+        check = DrawCheck()
+        random.gauss(0, 1)   # this one uses it, and only gauss_next moves
+        assert check.moved() == ("random",)
+        check = DrawCheck(("torch",))
+        draw(1, 0)
+        assert check.moved() == ()
+        check = DrawCheck()
+        seed_generators(1, 1, 1)
+        assert check.moved() == ("random", "numpy.random", "torch") and check.drawn() == ()

@@ -194,7 +194,8 @@ def test_the_numpy_seed_of_torchs_worker_set_up_is_torchs():
 
 
 def test_seeding_the_globals_is_what_the_public_seed_calls_do():
-    """``random.Random.__mro__[1].seed`` (``_random.Random.seed``) and ``gauss_next``, called directly."""
+    """The per-batch seeding (``rngs.seed_generators``, since issue 42 through the public
+    ``random.seed``) is the public seed calls, the cached Gaussians dropped."""
     from seqloader.loader.seeding import preserved_globals, seed_globals, torch_seed
 
     with preserved_globals():

@@ -1,4 +1,7 @@
-"""Behaviour of ``seqloader.prefetch``: ordering, seeks, reset, worker set-up, start methods.
+"""``seqloader.prefetch`` over worker processes: workers are processes of their own, sequences sent
+by reference (``shared``), worker set-up, shared-memory round trips, start methods and the
+process-only arguments. What every executor promises (reads, seeks, read-ahead, reset, close,
+errors, timeouts) is ``test_promises.py``.
 
 Datasets are module-level classes so that they pickle for ``spawn``/``forkserver``.
 """
@@ -15,7 +18,7 @@ import pytest
 import torch
 
 import seqloader as sl
-from seqloader import Prefetch, prefetch
+from seqloader import prefetch
 from seqloader.prefetcher.processes.worker import dumps_seq
 
 
@@ -30,21 +33,6 @@ class Pids:
 
     def __getitem__(self, i):
         return i, os.getpid()
-
-
-class Recording:
-    """Marks every item it computes in a shared array (fork only)."""
-
-    def __init__(self, n):
-        self.n = n
-        self.seen = multiprocessing.get_context("fork").Array("i", n, lock=False)
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        self.seen[i] += 1
-        return i
 
 
 class Setup:
@@ -69,10 +57,6 @@ def full_1000(i):
     return torch.full((1000,), i)
 
 
-def full_100(i):
-    return np.full(100, i)
-
-
 class Nested:
     def __len__(self):
         return 6
@@ -92,64 +76,15 @@ class Nested:
         }
 
 
-def test_matches_the_sequence_including_negative_indices_and_slices():
-    data = list(range(0, 100, 3))
-    with prefetch(data, num_workers=2) as p:
-        assert isinstance(p, Prefetch) and isinstance(p, sl.LazySequence)
-        assert len(p) == len(data)
-        assert list(p) == data
-        assert p[-1] == data[-1] and p[0] == data[0]
-        assert list(p[5:20:4]) == data[5:20:4]
-        assert list(p[::-1]) == data[::-1]
-        with pytest.raises(IndexError, match=r"index 34 out of range \[-34, 34\)"):
-            p[34]
-        assert repr(p) == "prefetch(num_workers=2, prefetch_factor=2, len=34)"
-
-
-def test_items_are_computed_in_workers_which_are_long_lived():
+def test_items_are_computed_in_worker_processes_of_their_own():
+    # that the same workers serve seeks and resets: test_promises.py (every executor)
     with prefetch(Pids(40), num_workers=2) as p:
         first = [p[i] for i in range(40)]
-        p[3], p[30], p[-2]  # seeks
         p.reset(Pids(10))
         later = list(p)
     pids = {pid for _, pid in first}
-    assert [i for i, _ in first] == list(range(40)) and [i for i, _ in later] == list(range(10))
     assert os.getpid() not in pids and len(pids) == 2
     assert {pid for _, pid in later} <= pids
-
-
-def test_a_seek_never_computes_the_items_it_skips():
-    ds = Recording(200)
-    with prefetch(ds, num_workers=1, prefetch_factor=1, multiprocessing_context="fork") as p:
-        assert p[0] == 0
-        assert p[150] == 150
-        assert p[151] == 151
-        assert p[10] == 10
-    seen = list(ds.seen)
-    assert all(c == 0 for c in seen[12:150]), [j for j in range(12, 150) if seen[j]]
-    assert seen[0] == 1 and seen[150] == 1 and seen[10] == 1
-
-
-def test_at_most_num_workers_times_prefetch_factor_items_are_in_flight():
-    ds = Recording(100)
-    with prefetch(ds, num_workers=2, prefetch_factor=3, multiprocessing_context="fork") as p:
-        assert [p[i] for i in range(5)] == [0, 1, 2, 3, 4]
-        p.reset(range(3))  # a synchronisation point: the workers drain what they had queued
-        assert list(p) == [0, 1, 2]
-    computed = [i for i, c in enumerate(ds.seen) if c]
-    assert computed[:5] == [0, 1, 2, 3, 4] and max(computed) <= 4 + 2 * 3  # after reading 4: 5..10
-
-
-def test_seek_backwards_and_repeat_reads_return_the_right_items():
-    with prefetch(range(50), num_workers=2, prefetch_factor=3) as p:
-        order = [7, 7, 3, 49, 0, 1, 2, 48, 25, 26, 20]
-        assert [p[i] for i in order] == order
-
-
-def test_exhaustion_does_not_wrap_and_reading_again_restarts():
-    with prefetch(range(5), num_workers=2) as p:
-        assert list(p) == [0, 1, 2, 3, 4]
-        assert list(p) == [0, 1, 2, 3, 4]
 
 
 def test_reset_retargets_the_same_workers_at_a_new_sequence_and_epoch():
@@ -240,53 +175,14 @@ def test_an_empty_sequence_starts_no_worker():
     p.close()
 
 
-def test_close_is_idempotent_and_reading_after_it_raises():
-    p = prefetch(range(10), num_workers=2)
-    assert p[0] == 0
-    p.close()
-    p.close()
-    assert p.closed and len(p) == 10
-    with pytest.raises(ValueError, match=r"read or reset after close\(\)"):
-        p[1]
-    with pytest.raises(ValueError, match=r"after close"):
-        p.reset(range(3))
-
-
-def test_values_stay_valid_after_close():
-    p = prefetch(sl.smap(full_100, range(4)), num_workers=1)
-    kept = list(p)
-    p.close()
-    assert [int(k.sum()) for k in kept] == [0, 100, 200, 300]
-
-
-def test_a_prefetch_cannot_be_pickled():
-    with prefetch(range(3), 1) as p:
-        with pytest.raises(TypeError, match="cannot be pickled"):
-            pickle.dumps(p)
-
-
+# the arguments of every executor: test_promises.py
 @pytest.mark.parametrize("kwargs, exc, match", [
-    ({"num_workers": 0}, ValueError, r"prefetch: num_workers must be a positive int \(got 0\); to evaluate"),
-    ({"num_workers": True}, TypeError, r"prefetch: num_workers must be an int \(got bool"),
-    ({"num_workers": 1, "prefetch_factor": 0}, ValueError, r"prefetch: prefetch_factor must be a positive int"),
-    ({"num_workers": 1, "timeout": -1}, ValueError, r"prefetch: timeout must be >= 0 \(got -1\)"),
-    ({"num_workers": 1, "timeout": "5"}, TypeError, r"prefetch: timeout must be a number"),
     ({"num_workers": 1, "multiprocessing_context": "thread"}, ValueError, r"'thread' is not a start method"),
     ({"num_workers": 1, "multiprocessing_context": 3}, TypeError, r"multiprocessing_context must be None"),
-    ({"num_workers": 1, "worker_init_fn": 3}, TypeError, r"worker_init_fn must be callable"),
 ])
-def test_argument_errors_name_the_argument(kwargs, exc, match):
+def test_start_method_errors_name_the_argument(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         prefetch(range(3), **kwargs)
-
-
-def test_seq_without_len_is_a_type_error():
-    with pytest.raises(TypeError, match=r"prefetch: seq must be a sequence with len\(\)"):
-        prefetch(iter(range(3)), 1)
-    with prefetch(range(3), 1) as p:
-        with pytest.raises(TypeError, match=r"prefetch.reset: seq must be a sequence"):
-            p.reset(5)
-        assert list(p) == [0, 1, 2]
 
 
 def test_reset_with_an_unpicklable_sequence_is_a_type_error_and_changes_nothing():
@@ -295,8 +191,6 @@ def test_reset_with_an_unpicklable_sequence_is_a_type_error_and_changes_nothing(
         with pytest.raises(TypeError, match="prefetch.reset: seq cannot be pickled"):
             p.reset(sl.smap(lambda x: x, range(3)))
         assert len(p) == 5 and p[1] == 1
-
-
 
 
 class WorkerIds:

@@ -1,20 +1,20 @@
-"""The thread executor (``prefetch(method="thread")``): the process backend's semantics on threads.
+"""The thread executor (``prefetch(method="thread")``): what threads of this process do alone.
 
-Ordered reads with random seeks against a list oracle; stale items never computed; concurrency
-bounds; errors, timeouts, shutdown, garbage collection, fork; and that the thread backend never
-imports torch. Blocked items wait on events the test controls; nothing asserts timing.
+Ordered reads with random seeks against a list oracle; a seek drops items queued behind a blocked
+thread; concurrency bounds; garbage collection without joining, fork; and that the thread backend
+never imports torch. What every executor promises (reads, seeks, read-ahead, reset, close, errors,
+timeouts, arguments) is ``test_promises.py``. Blocked items wait on events the test controls;
+nothing asserts timing.
 """
 
 from __future__ import annotations
 
 import gc
 import os
-import pickle
 import re
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 from hypothesis import given
@@ -22,23 +22,11 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 from forking import BOUND, run_in_fork, wait_until
-from seqloader.prefetcher.faults import ItemTimeout
 from strategies import tag
 
 
 def ThreadPrefetch(seq, num_threads, **kwargs):
     return sl.prefetch(seq, num_threads, method="thread", **kwargs)
-
-
-def read_patiently(p, i):
-    """``p[i]``, retried on ``ItemTimeout`` (a short ``timeout`` may expire on a loaded machine)."""
-    deadline = time.monotonic() + BOUND
-    while True:
-        try:
-            return p[i]
-        except ItemTimeout:
-            if time.monotonic() > deadline:
-                raise
 
 
 class Recorder:
@@ -138,77 +126,7 @@ def test_other_items_complete_while_one_blocks():
         assert list(p) == [i * 10 for i in range(8)]
 
 
-# -- errors and timeouts --------------------------------------------------------------------------
-
-class Fails:
-    def __len__(self):
-        return 6
-
-    def __getitem__(self, i):
-        if i == 3:
-            raise ValueError("bad record 3")
-        return i
-
-
-def test_an_item_error_keeps_its_type_gains_a_note_and_the_prefetch_stays_usable():
-    with ThreadPrefetch(Fails(), num_threads=2) as p:
-        assert [p[0], p[1], p[2]] == [0, 1, 2]
-        with pytest.raises(ValueError) as info:
-            p[3]
-        exc = info.value
-        assert type(exc) is ValueError and str(exc) == "bad record 3" and exc.seqloader_index == 3
-        assert re.fullmatch(r"seqloader: raised while computing item 3 of prefetch\(method='thread', num_workers=2, "
-                            r"prefetch_factor=2, len=6\) in worker 1 \(thread seqloader-worker-1\)", exc.__notes__[-1])
-        assert [p[4], p[5], p[0]] == [4, 5, 0]
-        with pytest.raises(ValueError, match="bad record 3"):
-            p[3]
-
-
-def test_a_timeout_raises_names_the_item_and_leaves_the_prefetch_usable():
-    gate = threading.Event()
-    rec = Recorder(10, {2: lambda: gate.wait(BOUND)})
-    p = ThreadPrefetch(rec, num_threads=2, timeout=0.01)
-    try:
-        assert [p[0], p[1]] == [0, 10]
-        with pytest.raises(ItemTimeout, match=r"timed out after 0.01 seconds waiting for item 2 from worker 0 "
-                                              r"\(thread seqloader-worker-0\)") as info:
-            p[2]
-        assert isinstance(info.value, RuntimeError) and info.value.item == 2
-        assert read_patiently(p, 5) == 50  # another read seeks; the other thread computes it
-        gate.set()
-        assert [read_patiently(p, i) for i in (2, 3)] == [20, 30]
-    finally:
-        gate.set()
-        p.close()
-
-
-def test_reading_the_timed_out_item_again_does_not_recompute_it():
-    gate = threading.Event()
-    rec = Recorder(4, {0: lambda: gate.wait(BOUND)})
-    with ThreadPrefetch(rec, num_threads=1, timeout=0.01) as p:
-        with pytest.raises(ItemTimeout, match="waiting for item 0"):
-            p[0]
-        gate.set()
-        assert read_patiently(p, 0) == 0  # the read position is unchanged: the same computation
-    assert rec.computed.count(0) == 1
-
-
 # -- lifecycle ----------------------------------------------------------------------------------
-
-def test_close_is_idempotent_reads_after_it_raise_and_no_thread_outlives_it():
-    before = set(threading.enumerate())
-    p = ThreadPrefetch(range(50), num_threads=4)
-    assert list(p) == list(range(50))
-    mine = [t for t in set(threading.enumerate()) - before if t.name.startswith("seqloader-worker-")]
-    assert mine
-    p.close()
-    p.close()
-    assert p.closed
-    assert wait_until(lambda: not any(t.is_alive() for t in mine))
-    for call in [lambda: p[0], lambda: p.seek(0), lambda: p.reset([1])]:
-        with pytest.raises(ValueError, match=re.escape(f"{p!r}: read or reset after close(); create a new prefetch")):
-            call()
-
 
 def test_garbage_collection_signals_the_threads_without_joining(monkeypatch):
     gate, inside = threading.Event(), threading.Event()
@@ -232,18 +150,6 @@ def test_garbage_collection_signals_the_threads_without_joining(monkeypatch):
     assert wait_until(lambda: not any(t.is_alive() for t in mine))
 
 
-def test_pickling_repr_context_manager_and_reset():
-    with sl.prefetch(range(5), num_workers=2, method="thread") as p:
-        assert isinstance(p, sl.Prefetch) and p.executor.kind == "thread"
-        assert repr(p) == "prefetch(method='thread', num_workers=2, prefetch_factor=2, len=5)"
-        with pytest.raises(TypeError, match="owns its workers and cannot be pickled; pickle the sequence"):
-            pickle.dumps(p)
-        assert p[1] == 1
-        p.reset(["a", "b"])
-        assert len(p) == 2 and list(p) == ["a", "b"]
-    assert p.closed
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
 def test_a_prefetch_inherited_through_fork_reads_with_the_childs_own_threads():
     with ThreadPrefetch(range(30), num_threads=3) as p:
@@ -254,25 +160,11 @@ def test_a_prefetch_inherited_through_fork_reads_with_the_childs_own_threads():
 
 # -- prefetch(method="thread") --------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, value", [("multiprocessing_context", "spawn"), ("shared", [1]), ("restarts", 1),
-                                         ("threads_per_worker", 2), ("thread_init_fn", print)])
-def test_process_only_arguments_are_refused_with_threads(name, value):
-    with pytest.raises(ValueError, match=f"^prefetch: {name} applies to worker processes only"):
-        sl.prefetch(range(3), 2, method="thread", **{name: value})
 
-
-def test_method_is_validated_and_thread_arguments_are_checked():
+def test_method_is_validated():
     with pytest.raises(ValueError, match=re.escape("prefetch: method must be 'process' (or 'multiprocessing'), 'thread', 'ray', "
                                                    "or a ProcessWorkers, ThreadWorkers or RayWorkers (got 'threads')")):
         sl.prefetch(range(3), 2, method="threads")
-    with pytest.raises(ValueError, match="prefetch: num_workers must be a positive int"):
-        sl.prefetch(range(3), 0, method="thread")
-    with pytest.raises(ValueError, match=re.escape("prefetch: prefetch_factor must be a positive int (got 0)")):
-        sl.prefetch(range(3), 1, method="thread", prefetch_factor=0)
-    with pytest.raises(ValueError, match=re.escape("prefetch: timeout must be >= 0 (got -1)")):
-        sl.prefetch(range(3), 1, method="thread", timeout=-1)
-    with pytest.raises(TypeError, match="prefetch: seq must be a sequence"):
-        sl.prefetch(iter([]), 1, method="thread")
 
 
 def test_the_thread_backend_in_a_fresh_interpreter_leaves_torch_unimported():

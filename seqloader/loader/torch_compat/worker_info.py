@@ -17,6 +17,7 @@ from torch.utils.data import get_worker_info
 from torch.utils.data._utils import worker as _worker
 
 from seqloader.loader.plain_routes import ENV, PlainRouteRefused, plain_routes
+from seqloader.loader.rngs import seed_generators
 
 _FIELDS = {f.name for f in dataclasses.fields(_worker.WorkerInfo)}
 # The development branch's process workers record their global generators in the info's ``rng``
@@ -279,14 +280,20 @@ def worker_dataset(default: Any) -> Any:
 def thread_generators(seed: int) -> Any:
     """Generators of a thread worker's own, seeded with ``seed``, in torch's ``_RNG`` container:
     ``random.Random``, ``torch.Generator`` and numpy's legacy ``RandomState`` (what the global
-    ``random``, torch and ``numpy.random`` are to a process worker)."""
-    torch_generator = torch.Generator()
-    torch_generator.manual_seed(seed)
-    rs = np.random.RandomState(numpy_worker_seed(seed, 0))
+    ``random``, torch and ``numpy.random`` are to a process worker).
+
+    Example:
+        >>> rng = thread_generators(11)
+        >>> rng.random_generator.random() == random.Random(11).random(), rng.torch_generator.initial_seed()
+        (True, 11)
+    """
     rng_type = getattr(_worker, "_RNG", None)
     if rng_type is None:  # pragma: no cover - a torch without the container
         return None
-    return rng_type(random_generator=random.Random(seed), torch_generator=torch_generator, numpy_generator=rs)
+    rng = rng_type(random_generator=random.Random(), torch_generator=torch.Generator(),
+                   numpy_generator=np.random.RandomState())
+    seed_generators(seed, numpy_worker_seed(seed, 0), seed, rng=rng)
+    return rng
 
 
 def install_thread_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Any, rng: Any) -> Any:

@@ -1,4 +1,6 @@
-"""A result in a slot: protocol-5 pickling with out-of-band buffers, and values that write themselves.
+"""A result in a slot: its layout, and values that write themselves (the protocol-5 pickling with
+out-of-band buffers, :func:`~seqloader.prefetcher.wire.encode`, and :class:`~seqloader.prefetcher.wire.SlotWriter`
+are the wire's, :mod:`seqloader.prefetcher.wire`, which Ray's actors use too).
 
 A worker's result goes into its job's slot (:mod:`seqloader.prefetcher.processes.shm`) as a
 :class:`~seqloader.prefetcher.processes.messages.Payload`; the parent unpickles it with arrays and tensors
@@ -34,15 +36,15 @@ keep.
 from __future__ import annotations
 
 import gc
-import io
 import operator
 import pickle
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
-import torch
 
 from seqloader.prefetcher.processes.messages import Payload
+# The wire (value pickling, slot writers) is shared with Ray: its names stay importable from here.
+from seqloader.prefetcher.wire import SLOT_ITEM, SlotWriter, encode, is_plain_tensor, reduce_tensor
 
 __all__ = ["HEADROOM", "SLOT_ITEM", "Encoded", "Reservation", "SlotWriter", "encode", "encode_payload",
            "is_plain_tensor", "read_and_release", "read_payload", "reduce_tensor", "write_payload"]
@@ -50,10 +52,6 @@ __all__ = ["HEADROOM", "SLOT_ITEM", "Encoded", "Reservation", "SlotWriter", "enc
 _ALIGN = 64
 #: Bytes a :class:`Reservation` adds after the regions, for the pickle bytes and small buffers.
 HEADROOM = 1 << 16
-
-#: The method a worker calls instead of ``seq[index]`` when the sequence has it: it may return a
-#: :class:`SlotWriter` (see the module docstring).
-SLOT_ITEM = "slot_item"
 
 
 def _align(n: int) -> int:
@@ -65,75 +63,7 @@ def _address(buf: Any) -> int:
     return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data)
 
 
-# --------------------------------------------------------------------------- pickling
-
-
-def _rebuild_tensor(buf, dtype, shape, requires_grad):
-    if len(buf) == 0:
-        t = torch.empty(shape, dtype=dtype)
-    else:
-        t = torch.frombuffer(buf, dtype=torch.uint8).view(dtype).view(shape)
-    return t.requires_grad_(requires_grad) if requires_grad else t
-
-
-def is_plain_tensor(obj: Any) -> bool:
-    """Whether ``obj`` is a plain dense CPU tensor, whose storage can be an out-of-band buffer.
-
-    Exactly ``torch.Tensor`` (no subclass: ``Parameter``, tensor wrappers), strided layout (not
-    sparse), neither nested nor quantized, on the CPU, without Python attributes. Every other
-    tensor is pickled by torch's own reduction, *in band*, into the same slot (its parts that
-    are plain tensors, such as a sparse tensor's indices and values, still travel out of band).
-
-    Example:
-        >>> is_plain_tensor(torch.ones(2, 3).t()), is_plain_tensor(torch.ones(2).to_sparse())
-        (True, False)
-        >>> is_plain_tensor(torch.nn.Parameter(torch.ones(2))), is_plain_tensor(torch.ones(2, device="meta"))
-        (False, False)
-    """
-    return (type(obj) is torch.Tensor and obj.layout is torch.strided and obj.device.type == "cpu"
-            and not obj.is_nested and not obj.is_quantized and not obj.__dict__)
-
-
-def reduce_tensor(obj: Any) -> Any:
-    """A pickler's ``reducer_override`` for plain CPU tensors: their bytes as one out-of-band buffer
-    (protocol 5); ``NotImplemented`` for anything else (the pickler's own reduction)."""
-    if is_plain_tensor(obj):
-        t = obj.detach().resolve_conj().resolve_neg().contiguous()
-        raw = t.reshape(-1).view(torch.uint8).numpy()
-        return _rebuild_tensor, (pickle.PickleBuffer(raw), t.dtype, tuple(t.shape), obj.requires_grad)
-    return NotImplemented
-
-
-class _Pickler(pickle.Pickler):
-    """Protocol-5 pickler that sends plain CPU tensors out of band (numpy arrays already are)."""
-
-    def reducer_override(self, obj):
-        return reduce_tensor(obj)
-
-
-def encode(value: Any) -> tuple[memoryview, list]:
-    """Pickle ``value``; return the in-band bytes and the raw out-of-band buffers."""
-    buffers: list = []
-    f = io.BytesIO()
-    _Pickler(f, protocol=5, buffer_callback=buffers.append).dump(value)
-    return f.getbuffer(), [b.raw() for b in buffers]
-
-
 # --------------------------------------------------------------------------- slot writers
-
-
-class SlotWriter:
-    """A value that writes itself into its job's slot (see the module docstring).
-
-    Subclasses implement :meth:`write_into_slot`; the worker calls it right after
-    ``seq.slot_item(index)`` returned the writer, in the same thread, before anything else is computed.
-    """
-
-    __slots__ = ()
-
-    def write_into_slot(self, reserve: Callable[[Sequence[int]], list[memoryview]]) -> Any:
-        """Write into regions from ``reserve(sizes)`` (call it at most once); return the value to send."""
-        raise NotImplementedError
 
 
 def _grow(slots: Any, slot_id: int, nbytes: int) -> Any:

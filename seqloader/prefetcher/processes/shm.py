@@ -45,14 +45,13 @@ import weakref
 
 import _posixshmem
 
-# The result encoding lives in payload.py; its names stay importable from here.
+# The result encoding lives in payload.py (the wire's pickling: wire.py); its names stay importable from here.
 from seqloader.prefetcher.processes.payload import encode, is_plain_tensor, read_and_release, read_payload, write_payload
+from seqloader.prefetcher.wire import SHM_PREFIX
 
 __all__ = ["SHM_PREFIX", "SlotPool", "WorkerSlots", "encode", "is_plain_tensor", "read_and_release", "read_payload",
            "write_payload"]
 
-#: Every segment seqloader creates starts with this (``tests/conftest.py`` checks for leaks).
-SHM_PREFIX = "seqloader_"
 _MIN_SIZE = 1 << 16
 _RETIRED = -1  # the owner of a leased slot whose worker died (SlotPool.retire)
 

@@ -1,12 +1,13 @@
-"""The worker process: its loop, pipe framing and the pickling of sequences.
+"""The worker process: its loop and pipe framing (the pickling of sequences is the wire's).
 
 A worker owns one sequence (replaced by :class:`~seqloader.prefetcher.processes.messages.Retarget`), reads
 :class:`~seqloader.prefetcher.processes.messages.Job` messages from its own pipe, computes ``seq[index]``
 and writes the result into the job's shared-memory slot (:mod:`seqloader.prefetcher.processes.shm`); a
-result that is a :class:`~seqloader.prefetcher.processes.payload.SlotWriter` writes itself there, as part
+result that is a :class:`~seqloader.prefetcher.wire.SlotWriter` writes itself there, as part
 of computing the item. With stage timing on in the process (:mod:`seqloader.sequences.stage_times`,
 enabled by the caller's ``worker_init_fn``), pickling and writing the result count as the stage
-``"transfer"``, and each reply carries the item's stage times. Set-up:
+``"transfer"`` (:data:`~seqloader.prefetcher.wire.TRANSFER`), and each reply carries the item's
+stage times. Set-up:
 SIGINT ignored, one intra-op torch thread, glibc's heap told to keep large freed buffers
 (:mod:`seqloader.prefetcher.processes.heap`), then ``worker_init_fn(worker_id)``, reported with
 :class:`~seqloader.prefetcher.processes.messages.Ready` (or :class:`~seqloader.prefetcher.processes.messages.WorkerFailed`);
@@ -17,7 +18,6 @@ The parent's side (process handles, the shutdown protocol) is in :mod:`seqloader
 from __future__ import annotations
 
 import collections
-import io
 import os
 import pickle
 import select
@@ -46,22 +46,19 @@ from seqloader.prefetcher.processes.messages import (
     WorkerConfig,
     WorkerFailed,
 )
-from seqloader.prefetcher.processes.payload import SLOT_ITEM, Encoded, Reservation, SlotWriter, encode_payload
+from seqloader.prefetcher.processes.payload import Encoded, Reservation, encode_payload
 from seqloader.prefetcher.processes.runner import Runner
 from seqloader.prefetcher.processes.shm import WorkerSlots, unlink_segment, write_payload
+from seqloader.prefetcher.wire import SLOT_ITEM, TRANSFER, SlotWriter, dumps_with_shared, loads_with_shared
 from seqloader.sequences import stage_times
 
 __all__ = ["TRANSFER", "dumps_seq", "error_report", "loads_seq", "recv", "send", "worker_main"]
 
-#: The stage name of pickling a result and writing it into its slot (when stages are timed).
-TRANSFER = "transfer"
-
 #: How often (seconds) an idle worker checks that its parent is alive.
 PARENT_CHECK_INTERVAL = 0.25
-_SHARED_PID = "seqloader.shared"
 
 
-# --------------------------------------------------------------------------- pipes and pickling
+# --------------------------------------------------------------------------- pipes and sequences
 
 
 def send(conn, msg) -> None:
@@ -74,38 +71,10 @@ def recv(conn):
     return pickle.loads(conn.recv_bytes())
 
 
-class _SeqPickler(pickle.Pickler):
-    def __init__(self, file, shared):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._shared = shared
-
-    def persistent_id(self, obj):
-        if obj is self._shared and obj is not None:
-            return _SHARED_PID
-        return None
-
-
-class _SeqUnpickler(pickle.Unpickler):
-    def __init__(self, file, shared):
-        super().__init__(file)
-        self._shared = shared
-
-    def persistent_load(self, pid):
-        if pid == _SHARED_PID:
-            return self._shared
-        raise pickle.UnpicklingError(f"prefetch: unknown persistent id {pid!r}")  # pragma: no cover
-
-
-def dumps_seq(seq: Any, shared: Any) -> bytes:
-    """Pickle ``seq`` for a :class:`Retarget`; ``shared`` (sent at start) is referred to by id."""
-    f = io.BytesIO()
-    _SeqPickler(f, shared).dump(seq)
-    return f.getvalue()
-
-
-def loads_seq(blob: bytes, shared: Any) -> Any:
-    """Inverse of :func:`dumps_seq` in a worker holding ``shared``."""
-    return _SeqUnpickler(io.BytesIO(blob), shared).load()
+#: A sequence for a :class:`Retarget`, pickled with ``shared`` (sent at start) referred to by id,
+#: and its inverse in a worker holding ``shared``: the wire's (:mod:`seqloader.prefetcher.wire`).
+dumps_seq = dumps_with_shared
+loads_seq = loads_with_shared
 
 
 # --------------------------------------------------------------------------- the worker process
