@@ -31,7 +31,7 @@ import numpy as np
 
 from benchmarks.common import ImageDataset, IntDataset, Options, Row, best_of, epoch_seconds, per_call_seconds
 from seqloader import DataLoader, smap
-from seqloader.loader.stats import LoaderStats
+from seqloader.loader.tuning.stats import LoaderStats
 from seqloader.sequences import stage_times
 
 __all__ = ["FEATURE_WORKLOADS", "StragglerDataset", "stages_overhead", "stats_disabled", "stats_overhead",

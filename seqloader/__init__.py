@@ -46,9 +46,9 @@ _EXPORTS = {
     "ThreadWorkers": "seqloader.prefetcher.options",
     "DataLoader": "seqloader.loader.dataloader",
     "StatefulDataLoader": "seqloader.loader.dataloader",
-    "BijectiveShuffleSampler": "seqloader.loader.shuffle_sampler",
-    "BlockShuffleSampler": "seqloader.loader.shuffle_sampler",
-    "WeightedSampler": "seqloader.loader.weighted_sampler",
+    "BijectiveShuffleSampler": "seqloader.loader.samplers.shuffle",
+    "BlockShuffleSampler": "seqloader.loader.samplers.shuffle",
+    "WeightedSampler": "seqloader.loader.samplers.weighted",
     "StatefulDistributedSampler": "seqloader.sampler",
     "Stateful": "seqloader.sampler",
     "as_iterable_dataset": "seqloader.integrations.torch_iterable",
@@ -90,8 +90,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-export)
     from seqloader.integrations.torch_iterable import as_iterable_dataset as as_iterable_dataset
     from seqloader.loader.dataloader import DataLoader as DataLoader, StatefulDataLoader as StatefulDataLoader
-    from seqloader.loader.shuffle_sampler import BijectiveShuffleSampler as BijectiveShuffleSampler, BlockShuffleSampler as BlockShuffleSampler
-    from seqloader.loader.weighted_sampler import WeightedSampler as WeightedSampler
+    from seqloader.loader.samplers.shuffle import BijectiveShuffleSampler as BijectiveShuffleSampler, BlockShuffleSampler as BlockShuffleSampler
+    from seqloader.loader.samplers.weighted import WeightedSampler as WeightedSampler
     from seqloader.prefetcher.api import prefetch as prefetch
     from seqloader.prefetcher.prefetch import Prefetch as Prefetch
     from seqloader.prefetcher.options import ProcessWorkers as ProcessWorkers, ThreadWorkers as ThreadWorkers

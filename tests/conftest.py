@@ -16,7 +16,7 @@ as written, and are reported as skipped with the reason, never passed:
 * on the plain ``probe`` route, the tests that expect the global-draw warning of thread workers
   (:data:`_PROBE_WARNING_TESTS`): skipped, since that route's documented cost is the warning.
 
-``tests/loader/test_plain_routes.py`` checks the refusal, the silence and the batches on each route.
+``tests/loader/rngs/test_plain_routes.py`` checks the refusal, the silence and the batches on each route.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def pytest_collection_modifyitems(config, items):
         param = _PROBE_WARNING_TESTS.get(getattr(item, "originalname", item.name))
         if probe_plain and param is not None and param in item.name:
             item.add_marker(pytest.mark.skip(reason="the plain probe route reports no global draws in thread "
-                                                    "workers (its documented cost; tests/loader/test_plain_routes.py)"))
+                                                    "workers (its documented cost; tests/loader/rngs/test_plain_routes.py)"))
 
 
 def pytest_configure(config):

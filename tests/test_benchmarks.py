@@ -41,7 +41,7 @@ def test_workloads_are_a_registry_of_row_functions():
                                           "stages_overhead", "resume_scale", "mix", "state_dict", "sources_parquet",
                                           "sources_tar", "sources_index", "sources_latency", "packing_padding",
                                           "packing_throughput", "packing_resume", "threads_parquet", "threads_tar",
-                                          "threads_memory", "threads_tiny", "threads_latency"]
+                                          "threads_memory", "threads_tiny", "threads_latency", "columnar_budget"]
     assert list(benchmarks.OPT_IN) == ["ray_overhead", "ray_scaling", "ray_node_loss",  # only when named
                                        "autotune_latency", "autotune_python", "autotune_parquet", "autotune_tar"]
     rows = benchmarks.WORKLOADS["images"](common.Options(quick=True))
@@ -177,3 +177,10 @@ def test_the_memory_workload_measures_each_loader_in_a_fresh_process():
     rows = _quick_rows("threads_memory")
     assert [r.unit for r in rows] == ["MiB"] * 3 + ["s"] * 3
     assert all(r.value > 0 for r in rows) and "the processes' PSS" in rows[0].notes
+
+
+def test_the_columnar_budget_reports_the_scan_the_epochs_and_each_part_of_a_batch():
+    rows = _quick_rows("columnar_budget")
+    assert [r.unit for r in rows[:3]] == ["rows/s"] * 3 and all(r.value > 0 for r in rows[:3])
+    assert "CPU-s" in rows[1].notes and rows[1].ratio > 0 and rows[2].num_workers == 2
+    assert [r.unit for r in rows[3:]] == ["us"] * 7 and "gather" in rows[6].loader

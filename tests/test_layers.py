@@ -173,11 +173,11 @@ def test_top_level_names_resolve_lazily_and_unknown_names_raise():
 def test_the_checker_sees_imports(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("import torch.nn\nfrom multiprocessing import shared_memory\n__import__('torch')\n"
-                     "from seqloader.loader import state\n")
-    assert imported_modules(probe) == {"torch.nn", "multiprocessing", "torch", "seqloader.loader",
-                                       "seqloader.loader.state"}
-    assert layer_of("seqloader.loader.state") == 3 and layer_of("seqloader.sequences.mix") == 1
-    assert layer_of("seqloader.orders.plans") == 1 and layer_of("seqloader.loader.shuffle_sampler") == 3
+                     "from seqloader.loader.state import state\n")
+    assert imported_modules(probe) == {"torch.nn", "multiprocessing", "torch", "seqloader.loader.state",
+                                       "seqloader.loader.state.state"}
+    assert layer_of("seqloader.loader.state.state") == 3 and layer_of("seqloader.sequences.mix") == 1
+    assert layer_of("seqloader.orders.plans") == 1 and layer_of("seqloader.loader.samplers.shuffle") == 3
 
 
 def test_ray_is_imported_only_by_the_ray_executor():

@@ -7,13 +7,13 @@ is imported), so it runs on any checkout, on a branch before and after a restruc
 Definitions (the numbers the tool prints are counts of these):
 
 - **module**: every ``.py`` file under the package directory, named as Python names it
-  (``seqloader/loader/state.py`` is ``seqloader.loader.state``; a package's ``__init__.py`` is the
+  (``seqloader/loader/state/state.py`` is ``seqloader.loader.state.state``; a package's ``__init__.py`` is the
   package's name).
 - **import**: an ``import`` or ``from ... import`` statement anywhere in a module (function bodies
   and ``if TYPE_CHECKING:`` blocks included, as ``tests/test_layers.py`` reads them; relative
   imports resolved), or an ``importlib.import_module``/``__import__`` call with a literal name. An
   imported name is resolved to the longest module name it starts with, so ``from seqloader.loader
-  import state`` imports ``seqloader.loader.state``. Imports of modules outside the package are
+  import state`` imports ``seqloader.loader.state.state``. Imports of modules outside the package are
   ignored.
 - **room**: each package directly under the package root is one room with everything below it
   (``loader/``, ``prefetcher/`` including ``prefetcher/processes/``; printed with a trailing

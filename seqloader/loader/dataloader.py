@@ -4,14 +4,14 @@ The loader is the torch-shaped shell: torch's arguments and attributes, ``iter()
 ``state_dict``/``load_state_dict``, ``stats`` and seqloader's verbs. It composes small parts, each
 one concept, and holds four of them: its :class:`~seqloader.loader.reading.Reading` (what is read
 beyond torch's attributes: the order source, the batch-size schedule, the derivation, the recipe
-changes), its :class:`~seqloader.loader.progress.EpochControl` and the
-:class:`~seqloader.loader.progress.Progress` under it (``(epoch, position)``, ``set_epoch``), its
-:class:`~seqloader.loader.workers.Workers` and its :class:`~seqloader.loader.stats.LoaderStats`.
-It calls the others: ``iter()`` is :func:`~seqloader.loader.opening.new_iterator` (the recipe's
-batches, ``loader/recipe.py`` over the ``orders/`` wing -> fetch + collate, ``loader/fetch.py``
--> ``Prefetch`` over the workers, ``loader/workers.py`` -> the iterator, ``loader/epoch.py`` or,
-for an ``IterableDataset`` read as one stream per worker, ``loader/iterable.py``); the state is
-built and checked in ``loader/saving.py`` (its format: ``loader/state.py``); ``set_epoch``,
+changes), its :class:`~seqloader.loader.state.progress.EpochControl` and the
+:class:`~seqloader.loader.state.progress.Progress` under it (``(epoch, position)``, ``set_epoch``), its
+:class:`~seqloader.loader.workers.pool.Workers` and its :class:`~seqloader.loader.tuning.stats.LoaderStats`.
+It calls the others: ``iter()`` is :func:`~seqloader.loader.epoch.opening.new_iterator` (the recipe's
+batches, ``loader/recipe/recipe.py`` over the ``orders/`` wing -> fetch + collate, ``loader/epoch/batches.py``
+-> ``Prefetch`` over the workers, ``loader/workers/pool.py`` -> the iterator, ``loader/epoch/map_iterator.py`` or,
+for an ``IterableDataset`` read as one stream per worker, ``loader/epoch/iterable_iterator.py``); the state is
+built and checked in ``loader/saving.py`` (its format: ``loader/state/state.py``); ``set_epoch``,
 ``indices_at``, ``set_weights``, ``skip`` and ``state_at`` are :class:`~seqloader.loader.verbs.Verbs`.
 Resuming is a seek: the order is rebuilt from ``(seed, epoch)`` and read from ``position``.
 Iterators get what they read when they are built and never call back into the loader.
@@ -27,16 +27,16 @@ import torch
 import torch.utils.data
 
 from seqloader.loader import world
-from seqloader.loader.autotune import make_tuning
+from seqloader.loader.epoch.tuned import make_tuning
 from seqloader.loader.default_sampler import install_forwarding_sampler
-from seqloader.loader.opening import new_iterator
-from seqloader.loader.progress import EpochControl, Progress
+from seqloader.loader.epoch.opening import new_iterator
+from seqloader.loader.state.progress import EpochControl, Progress
 from seqloader.loader.reading import Reading
 from seqloader.loader.saving import check_loadable, state_of
-from seqloader.loader.state import LoaderState
-from seqloader.loader.stats import LoaderStats
+from seqloader.loader.state.state import LoaderState
+from seqloader.loader.tuning.stats import LoaderStats
 from seqloader.loader.verbs import Verbs, documented
-from seqloader.loader.workers import Workers, check_worker_restarts, executor_options, method_word
+from seqloader.loader.workers.pool import Workers, check_worker_restarts, executor_options, method_word
 from seqloader.prefetcher.options import ExecutorOptions, ProcessWorkers
 from seqloader.rng import check_seed
 
@@ -208,7 +208,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
 
         Returns:
             ``{"current": {...} or None, "last": {...} or None, "resumes": int, "hint": str or None}``;
-            an epoch entry is ``EpochStats.as_dict()`` (``loader/stats.py``: ``wait_s``, ``work_s``,
+            an epoch entry is ``EpochStats.as_dict()`` (``loader/tuning/stats.py``: ``wait_s``, ``work_s``,
             ``input_bound``, ``startup_s``, ``workers``, ``stages``, ...). ``hint`` suggests more
             workers when the loop is input-bound, names slow start-up and the slowest stage. With
             ``autotune``, also ``"autotune"`` (its trials, choice and reason: ``docs/autotune.md``),

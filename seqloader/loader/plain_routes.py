@@ -5,10 +5,10 @@ the public route is slow or inexact (``docs/design.md``, "Private details we dep
 
 * ``probe``: the thread workers' global-draw probe puts a profile hook (``sys.setprofile``) on a
   thread worker's own thread during its first batch of an epoch
-  (:class:`~seqloader.loader.thread_workers.GlobalDrawProbe`). Plain route: no hook; a draw from
+  (:class:`~seqloader.loader.rngs.probe.GlobalDrawProbe`). Plain route: no hook; a draw from
   the global ``random``, ``numpy.random`` or torch generator in a thread worker is then not reported.
 * ``snapshots``: at ``num_workers=0`` the global RNG states are saved and put back around each
-  batch by copying their raw memory (``ctypes``; :class:`~seqloader.loader.global_rngs.Snapshot`).
+  batch by copying their raw memory (``ctypes``; :class:`~seqloader.loader.rngs.snapshots.Snapshot`).
   Plain route: ``numpy.random.get_state``/``set_state`` and ``random.getstate``/``setstate``, the
   same states, slower (the measured cost is in ``docs/design.md``).
 * ``worker_info``: while thread workers live, torch's ``get_worker_info`` and

@@ -2,73 +2,40 @@
 
 torch's attributes (``dataset``, ``batch_size``, ``drop_last``, ``collate_fn``, ``shuffle``) and
 the loader's ``seed`` say most of what a batch reads. :class:`Reading` is the loader's part that
-holds the rest, and builds the :class:`~seqloader.loader.recipe.Recipe` from both
+holds the rest, and builds the :class:`~seqloader.loader.recipe.recipe.Recipe` from both
 (:meth:`Reading.recipe`, from the loader's public settings only):
 
 * the order source: the user's own ``sampler``/``batch_sampler`` objects (torch builds defaults
   into ``loader.sampler``), a seekable sampler read as an order
-  (:class:`~seqloader.loader.shuffle_sampler.SeekableSampler`), or a custom order read once per
-  epoch (:class:`~seqloader.loader.custom_order.CustomOrder`);
+  (:class:`~seqloader.loader.samplers.shuffle.SeekableSampler`), or a custom order read once per
+  epoch (:class:`~seqloader.loader.samplers.custom.CustomOrder`);
 * the batch-size schedule (:class:`~seqloader.orders.steps.BatchSizes`);
 * the derivation (a loaded state brings its own) and whether the seed is shared by the ranks;
-* the run's recipe changes (:class:`~seqloader.loader.recipe_control.RecipeControl`);
+* the run's recipe changes (:class:`~seqloader.loader.recipe.control.RecipeControl`);
 * the file lists of the pipeline's sources, described once for the state.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any, Optional, Protocol
+from typing import Any, Optional
 
 from seqloader.loader import world
-from seqloader.loader.custom_order import CustomOrder
-from seqloader.loader.fetch import EpochBatches
-from seqloader.loader.progress import Progress
-from seqloader.loader.recipe import Recipe
-from seqloader.loader.recipe_control import RecipeControl
-from seqloader.loader.changes import RecipeChanges
-from seqloader.loader.seeding import DERIVATION
-from seqloader.loader.shuffle_sampler import SeekableSampler
-from seqloader.loader.positions import record_positions
-from seqloader.loader.source_files import describe_pipeline
-from seqloader.loader.state import STAGE, LoaderState
+from seqloader.loader.samplers.custom import CustomOrder
+from seqloader.loader.epoch.batches import epoch_batches
+from seqloader.loader.settings import Settings
+from seqloader.loader.state.progress import Progress
+from seqloader.loader.recipe.recipe import Recipe
+from seqloader.loader.recipe.control import RecipeControl
+from seqloader.loader.recipe.changes import RecipeChanges
+from seqloader.loader.rngs.seeding import DERIVATION
+from seqloader.loader.samplers.shuffle import SeekableSampler
+from seqloader.loader.state.positions import record_positions
+from seqloader.loader.state.source_files import describe_pipeline
+from seqloader.loader.state.state import STAGE, LoaderState
 from seqloader.orders.steps import schedule_of
 
-__all__ = ["Reading", "Settings", "epoch_batches"]
-
-
-class Settings(Protocol):
-    """The loader's public settings that its parts read (torch's attributes, and ``seed``)."""
-
-    dataset: Any
-    num_workers: int
-    worker_method: Any  # a str, or a RayWorkers
-    executor: Any  # its options object (seqloader.prefetcher.options)
-    threads_per_worker: int
-    in_order: bool
-    batch_size: Optional[int]
-    drop_last: bool
-    collate_fn: Any
-    shuffle: Optional[bool]
-    seed: int
-    pin_memory: bool
-    pin_memory_device: str
-    timeout: float
-    prefetch_factor: Optional[int]
-    profile_stages: bool
-
-
-def epoch_batches(recipe: Recipe, progress: Progress) -> tuple[Any, frozenset]:
-    """The batches of the progress's epoch from its position, and those to skip (``ahead``)."""
-    epoch = progress.epoch
-    seq = EpochBatches(recipe.dataset_for(epoch), recipe.plan(epoch, progress.position, step=progress.step),
-                       recipe.collate_fn, recipe.seed, epoch, recipe.derivation)
-    skip = frozenset(seq.batch_of(k) for k in progress.ahead)
-    if None in skip:
-        raise ValueError(f"DataLoader: the loaded state's 'ahead' keys {list(progress.ahead)} are not all "
-                         f"batches of epoch {progress.epoch} from position {progress.position}; the state "
-                         "is corrupt or was saved for a different loader")
-    return seq, skip
+__all__ = ["Reading", "Settings"]
 
 
 class Reading:
@@ -101,7 +68,7 @@ class Reading:
         if self.seekable is not None:
             self.seekable.bind(num_workers, batch_size)
         self.batch_sizes = schedule_of(batch_size, schedule, batch_sampler=batch_sampler, iterable=self.iterable)
-        self.derivation = DERIVATION  # a loaded state brings its own (see loader/seeding.py)
+        self.derivation = DERIVATION  # a loaded state brings its own (see loader/rngs/seeding.py)
         # A seed is shared by all ranks when given, loaded, or drawn under an initialised world
         # (draw_seed broadcasts rank 0's). One drawn per process cannot shard a global order.
         self.seed_world = seed_world
@@ -114,7 +81,7 @@ class Reading:
         return self.custom.epoch_owner() if self.custom is not None else self.seekable
 
     def recipe(self, loader: Settings) -> Recipe:
-        """What the epochs read, from the loader's current settings (see ``loader/recipe.py``)."""
+        """What the epochs read, from the loader's current settings (see ``loader/recipe/recipe.py``)."""
         dataset: Any = loader.dataset  # map-style here: sized
         return Recipe(dataset=dataset, dataset_len=len(dataset), batch_size=loader.batch_size,
                       drop_last=loader.drop_last, collate_fn=loader.collate_fn, shuffle=bool(loader.shuffle),

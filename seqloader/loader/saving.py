@@ -1,8 +1,8 @@
 """L3: a loader's state out and in: built from the loader's parts, and a loaded one checked against them.
 
 The format of a state (its keys, versions, migrations and value checks) is
-:mod:`seqloader.loader.state`; this module is how a state meets a loader, a concept of its own:
-:func:`state_of` builds the :class:`~seqloader.loader.state.LoaderState` of a loader from its
+:mod:`seqloader.loader.state.state`; this module is how a state meets a loader, a concept of its own:
+:func:`state_of` builds the :class:`~seqloader.loader.state.state.LoaderState` of a loader from its
 settings, its :class:`~seqloader.loader.reading.Reading` and its progress, and
 :func:`check_loadable` runs every check of a loaded state before the loader changes anything
 (``DataLoader.load_state_dict`` then hands the parts their share).
@@ -12,7 +12,7 @@ settings, its :class:`~seqloader.loader.reading.Reading` and its progress, and
 inside it, ``ahead`` its batches, its mixture buildable) raise ``ValueError`` naming the key, the
 saved and the current value; none of them mutates anything (a failed ``load_state_dict`` leaves
 the loader untouched). The types and bounds of each value are checked before, by
-:meth:`LoaderState.from_dict <seqloader.loader.state.LoaderState.from_dict>`.
+:meth:`LoaderState.from_dict <seqloader.loader.state.state.LoaderState.from_dict>`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ import dataclasses
 from typing import Any, Callable, Optional, cast
 
 from seqloader.loader import world
-from seqloader.loader.changes import RecipeChanges
-from seqloader.loader.progress import Progress
-from seqloader.loader.reading import Reading, Settings
-from seqloader.loader.positions import check_positions
-from seqloader.loader.source_files import check_pipeline_files
-from seqloader.loader.state import STAGE, IterableState, LoaderState, is_stateful
+from seqloader.loader.recipe.changes import RecipeChanges
+from seqloader.loader.state.progress import Progress
+from seqloader.loader.reading import Reading
+from seqloader.loader.settings import Settings
+from seqloader.loader.state.positions import check_positions
+from seqloader.loader.state.source_files import check_pipeline_files
+from seqloader.loader.state.state import STAGE, IterableState, LoaderState, is_stateful
 
 __all__ = ["check_against_recipe", "check_ahead", "check_loadable", "check_matches", "check_position", "len_or_none",
            "state_of"]
@@ -164,7 +165,7 @@ def check_against_recipe(saved: LoaderState, recipe: Any) -> None:
     (:func:`check_position`) and each key of ``ahead`` is a batch of it from ``position``.
 
     Example:
-        >>> from seqloader.loader.recipe import Recipe
+        >>> from seqloader.loader.recipe.recipe import Recipe
         >>> r = Recipe(dataset=list(range(10)), dataset_len=10, batch_size=2, drop_last=False,
         ...            collate_fn=list, shuffle=False, seed=0)
         >>> s = LoaderState(seed=0, epoch=0, position=2, dataset_len=10, batch_size=2, drop_last=False,

@@ -2,10 +2,10 @@
 
 :class:`Verbs` is a part of :class:`seqloader.DataLoader`, built for each call from the loader's
 public settings and its parts (it holds nothing between calls): each verb checks its arguments and
-hands the work to a part: :class:`~seqloader.loader.progress.EpochControl` (epochs),
-:class:`~seqloader.loader.recipe.Recipe` (what batch ``b`` reads, built by the
+hands the work to a part: :class:`~seqloader.loader.state.progress.EpochControl` (epochs),
+:class:`~seqloader.loader.recipe.recipe.Recipe` (what batch ``b`` reads, built by the
 :class:`~seqloader.loader.reading.Reading`) and
-:class:`~seqloader.loader.recipe_control.RecipeControl` (changes during a run; ``docs/recipes.md``).
+:class:`~seqloader.loader.recipe.control.RecipeControl` (changes during a run; ``docs/recipes.md``).
 The loader's methods of the same names call these and show their docstrings (:func:`documented`).
 """
 
@@ -15,10 +15,11 @@ from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 from seqloader.errors import check_nonnegative_int
 from seqloader.loader import world
-from seqloader.loader.progress import EpochControl
-from seqloader.loader.reading import Reading, Settings
+from seqloader.loader.state.progress import EpochControl
+from seqloader.loader.reading import Reading
+from seqloader.loader.settings import Settings
 from seqloader.loader.saving import state_of
-from seqloader.loader.state import LoaderState
+from seqloader.loader.state.state import LoaderState
 
 __all__ = ["Verbs", "documented"]
 
@@ -46,7 +47,7 @@ class Verbs:
     Args:
         loader: the loader's public settings.
         reading: its :class:`~seqloader.loader.reading.Reading`.
-        epochs: its :class:`~seqloader.loader.progress.EpochControl` (and through it, its progress).
+        epochs: its :class:`~seqloader.loader.state.progress.EpochControl` (and through it, its progress).
     """
 
     def __init__(self, loader: Settings, reading: Reading, epochs: EpochControl):

@@ -7,10 +7,10 @@ epoch's key): a seek is a lookup, never a replay. The built-in ones:
 
 * :class:`RangeOrder`: ``range(n)`` (``shuffle=False``);
 * :class:`BijectiveOrder`: a Feistel bijection (``shuffle=True``, and
-  :class:`~seqloader.loader.shuffle_sampler.BijectiveShuffleSampler`): O(1) memory and seek;
+  :class:`~seqloader.loader.samplers.shuffle.BijectiveShuffleSampler`): O(1) memory and seek;
 * :class:`NumpyPermutationOrder`: seqloader 0.1's numpy permutation (states of derivation 1);
 * :class:`BlockOrder`: a :class:`~seqloader.orders.block_permutation.BlockPermutation` (windows of
-  contiguous blocks, lanes per worker; :class:`~seqloader.loader.shuffle_sampler.BlockShuffleSampler`);
+  contiguous blocks, lanes per worker; :class:`~seqloader.loader.samplers.shuffle.BlockShuffleSampler`);
 * :class:`ListedOrder`: the indices a custom sampler yielded this epoch (materialised).
 
 Plans (:mod:`seqloader.orders.plans`) cut an order into batches per rank.
@@ -32,7 +32,7 @@ from seqloader.rng import derive_seed
 #: seeded with the full 64-bit seed. 2: a Feistel bijection per epoch (O(1) memory and seek);
 #: batch seeds from ``hash_seed`` (~1 µs); torch seeded with the top 63 bits, so
 #: ``torch.initial_seed()`` fits a signed 64-bit int as it does under torch's loader
-#: (:mod:`seqloader.loader.seeding` seeds the global RNGs by it).
+#: (:mod:`seqloader.loader.rngs.seeding` seeds the global RNGs by it).
 DERIVATION = 2
 
 #: The dataset indices an order gives (ints for the built-in orders; a custom sampler's own keys).

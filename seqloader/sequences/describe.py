@@ -22,7 +22,7 @@ sequence of a user's) is looked into by its attributes (``__dict__`` in order, t
 says so. Lists, tuples and dicts are looked into when they hold at most :data:`MAX_CONTAINER`
 items (a list of a million samples costs one ``len()``); other objects are leaves. Each object is
 visited once and the walk goes at most :data:`MAX_DEPTH` levels deep. Three things read it: the
-state's record of positions (``seqloader.loader.positions``), the files check (the sources, in
+state's record of positions (``seqloader.loader.state.positions``), the files check (the sources, in
 pipeline order) and the key of ``pack``'s and ``keep``'s cached index (``seqloader.packing``).
 """
 

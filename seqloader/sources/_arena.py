@@ -32,7 +32,7 @@ same lock.
 once than it keeps: a block shuffle's window per worker process, one per thread under thread
 workers): the epoch is still exact but can be tens of times slower. ``seqloader.DataLoader``
 sizes the arenas of sources built with the default ``cache_blocks=None``
-(:mod:`seqloader.loader.block_caches`); an explicit ``cache_blocks`` is kept as given. A block decoded again soon
+(:mod:`seqloader.loader.epoch.block_caches`); an explicit ``cache_blocks`` is kept as given. A block decoded again soon
 after it was evicted (fewer than ``capacity`` other decodes in between) is counted
 (``blocks_decoded_again``); when more than half of the last ``4 * capacity`` decodes were such,
 the arena warns once (:class:`ArenaTooSmall`, a ``RuntimeWarning``) with the fix.

@@ -18,7 +18,7 @@ answers:
 
 How many blocks to keep (``cache_blocks``): by default (``None``) the loader decides, when an
 epoch opens (:meth:`TableSource.size_cache`, called by ``seqloader.DataLoader`` through
-:mod:`seqloader.loader.block_caches`): a block shuffle (``BlockShuffleSampler(window=w)``) reads
+:mod:`seqloader.loader.epoch.block_caches`): a block shuffle (``BlockShuffleSampler(window=w)``) reads
 the ``w`` blocks of one window at a time in each lane, and with ``lanes`` equal to the loader's
 ``num_workers`` each worker reads its own lane, one window after another. So:
 
@@ -74,7 +74,7 @@ class TableSource(Source[Any]):
     @property
     def draws_globals(self) -> bool:
         """Whether reading may draw from the global RNGs: only through a ``transform`` or a remote
-        file system's client (``seqloader.loader.global_draws``: otherwise the loader skips seeding them)."""
+        file system's client (``seqloader.loader.rngs.draws``: otherwise the loader skips seeding them)."""
         return self._transform is not None or bool(self._files.remote)
     _where: list[tuple[int, int]]  # per block: (file, block of that file)
 
@@ -123,7 +123,7 @@ class TableSource(Source[Any]):
     def size_cache(self, blocks: int) -> int:
         """Keep at least ``blocks`` decoded blocks per process from now on, unless ``cache_blocks``
         was given (then it stays as given); returns the number kept. ``seqloader.DataLoader`` calls
-        it when an epoch opens, before its workers start (:mod:`seqloader.loader.block_caches`).
+        it when an epoch opens, before its workers start (:mod:`seqloader.loader.epoch.block_caches`).
         The first call replaces :data:`DEFAULT_CACHE_BLOCKS`; later ones only grow the number:
         two loaders over one source each get what they need. This
         process's decoded blocks move to a larger arena (its counters go on; a batch being read

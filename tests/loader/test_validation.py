@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import seqloader
 from seqloader import DataLoader
-from seqloader.loader.state import KEYS, LoaderState
+from seqloader.loader.state.state import KEYS, LoaderState
 from seqloader.testing import assert_batches_equal, json_round_trip
 
 pa = pytest.importorskip("pyarrow")

@@ -1,5 +1,5 @@
 """Skipped positions backfilled from the tail (``orders/holes.py``) and skips registered during an
-epoch (``loader/changes.py``): property tests against a list-built oracle."""
+epoch (``loader/recipe/changes.py``): property tests against a list-built oracle."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seqloader.loader.changes import RecipeChanges, Skip, skip_ranges
+from seqloader.loader.recipe.changes import RecipeChanges, Skip, skip_ranges
 from seqloader.orders.holes import HoledOrder, Intervals
 from seqloader.orders.orders import BijectiveOrder, RangeOrder, positions_of
 from seqloader.orders.steps import BatchSizes

@@ -10,7 +10,7 @@ import pytest
 
 import seqloader as sl
 from seqloader import ProcessWorkers, RayWorkers, ThreadWorkers
-from seqloader.loader.workers import executor_options, method_word
+from seqloader.loader.workers.pool import executor_options, method_word
 from seqloader.prefetcher.options import choose_executor
 
 OPTIONS = [ProcessWorkers(), ProcessWorkers(threads=2), ThreadWorkers(), RayWorkers()]

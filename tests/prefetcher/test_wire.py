@@ -30,7 +30,7 @@ def test_nothing_outside_the_prefetcher_reaches_into_its_process_executor():
     reaches = {m: sorted(d for d in seqloader_imports(p) if d.startswith("seqloader.prefetcher.processes"))
                for m, p in MODULES.items() if not m.startswith("seqloader.prefetcher")}
     assert not {m: d for m, d in reaches.items() if d}
-    from seqloader.loader.fetch import SlotCollate
+    from seqloader.loader.epoch.batches import SlotCollate
     assert issubclass(SlotCollate, wire.SlotWriter)
 
 

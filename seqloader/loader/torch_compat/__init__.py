@@ -45,7 +45,7 @@ it would show one thread's info to every thread: so the plain ``worker_info`` ro
 (``SEQLOADER_PLAIN_ROUTES=worker_info``, :mod:`seqloader.loader.plain_routes`) patches nothing and
 refuses thread workers instead (:func:`refuse_thread_workers_on_plain_route`, a ``ValueError``
 raised when a loader opens them). ``tests/loader/test_torch_compat.py`` compares the
-info with the one torch's own workers build; ``tests/loader/test_worker_info_patch.py`` checks that
+info with the one torch's own workers build; ``tests/loader/rngs/test_worker_info_patch.py`` checks that
 the patch ends with the last thread worker.
 """
 

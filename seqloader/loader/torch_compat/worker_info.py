@@ -17,7 +17,7 @@ from torch.utils.data import get_worker_info
 from torch.utils.data._utils import worker as _worker
 
 from seqloader.loader.plain_routes import ENV, PlainRouteRefused, plain_routes
-from seqloader.loader.rngs import seed_generators
+from seqloader.loader.rngs.generators import seed_generators
 
 _FIELDS = {f.name for f in dataclasses.fields(_worker.WorkerInfo)}
 # The development branch's process workers record their global generators in the info's ``rng``

@@ -1,0 +1,109 @@
+"""L3: the decoded-block caches of a pipeline's sources, sized from what the loader knows.
+
+A columnar source (``parquet``, ``arrow_ipc``) keeps decoded blocks (row groups, record
+batches) in one cache per process, shared by that process's threads. How many it must keep so
+that an epoch decodes each block once per process depends on things the source cannot see and
+the loader can: the order (a :class:`~seqloader.BlockShuffleSampler` reads ``window`` blocks at a
+time in each of its ``lanes``), where batches run (each worker process has its own cache and
+reads its lane; thread workers share the training process's cache and read every lane) and the
+batch that crosses from one window of a lane to the next (it reads both: one window more).
+:func:`blocks_in_use` is that arithmetic, and
+:func:`size_block_caches` hands its answer to each source of the pipeline when an epoch opens,
+before workers start (so worker processes and Ray actors get it with the dataset).
+
+A source built with an explicit ``cache_blocks=N`` keeps ``N`` (a cap: its owner decided); one
+built with the default (``cache_blocks=None``) takes the loader's number, the largest any
+loader asked for (two loaders over one source each get what they need). Orders other than a
+block shuffle leave the source's own default: a full shuffle reads rows from everywhere (no
+cache of fewer than all the blocks helps), a sequential read needs two blocks at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from seqloader.loader.pipeline.walk import pipeline_sources
+from seqloader.loader.samplers.shuffle import BlockShuffleSampler
+from seqloader.prefetcher.options import ProcessWorkers, ThreadWorkers
+
+__all__ = ["blocks_in_use", "size_block_caches"]
+
+
+def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_workers: int, executor: Any,
+                  affinity: bool = True) -> int:
+    """The decoded blocks one process's cache must keep so that a block shuffle decodes each block
+    once per epoch in that process.
+
+    Each reader of a cache reads its lanes one window after another. A cache serves ``lanes_read``
+    lanes: every lane at ``num_workers=0`` and under thread workers (one cache for the process);
+    under worker processes (or Ray actors) with ``affinity`` (batch ``b`` on worker
+    ``b % num_workers``, lane ``b % lanes``), ``lanes / gcd(lanes, num_workers)`` (one when
+    ``lanes == num_workers``), else every lane. One window more: the batch that crosses from one
+    window of a lane to the next reads rows of both (its rows of the old window from all over
+    it), and so does a thread that moves on to the next window while the others finish theirs.
+    So ``window * (lanes_read + 1)``, at most ``num_blocks`` (``window=None``, a full shuffle, is
+    one window of every block; ``window=0``, no shuffle, reads one block at a time in each lane).
+    Without the extra window, the blocks of the crossing batch find no free slot: they are kept
+    outside the reused buffers, and the next window's batches gather block by block.
+
+    Args:
+        window: the sampler's ``window`` (``None``: a full shuffle).
+        lanes: the sampler's ``lanes`` (``>= 1``).
+        num_blocks: blocks in the sampler's order.
+        num_workers: the loader's ``num_workers``.
+        executor: the loader's ``executor`` (:class:`~seqloader.prefetcher.options.ProcessWorkers`,
+            :class:`~seqloader.prefetcher.options.ThreadWorkers` or a ``RayWorkers``).
+        affinity: batches go to worker ``b % num_workers`` (the loader's ``in_order=True``).
+
+    Returns:
+        An int ``>= 1``.
+
+    Example:
+        >>> blocks_in_use(8, 2, 100, 2, ThreadWorkers())              # one cache, 2 lanes
+        24
+        >>> blocks_in_use(8, 2, 100, 2, ProcessWorkers())             # a cache per process, its lane
+        16
+        >>> blocks_in_use(8, 2, 100, 2, ProcessWorkers(threads=4))    # its lane, 4 threads
+        16
+        >>> blocks_in_use(8, 1, 100, 0, ProcessWorkers()), blocks_in_use(8, 2, 20, 2, ThreadWorkers())
+        (16, 20)
+        >>> blocks_in_use(None, 1, 100, 0, ProcessWorkers()), blocks_in_use(0, 1, 100, 0, ProcessWorkers())
+        (100, 2)
+    """
+    w = max(1, num_blocks) if window is None else max(1, window)
+    lanes = max(1, lanes)
+    if num_workers == 0 or isinstance(executor, ThreadWorkers):
+        lanes_read = lanes
+    else:   # a process (or a Ray actor) per worker, each with its cache
+        lanes_read = lanes // math.gcd(lanes, num_workers) if affinity else lanes
+    need = w * (lanes_read + 1)
+    return max(1, min(need, max(1, num_blocks)))
+
+
+def size_block_caches(dataset: Any, sampler: Any, num_workers: int, executor: Any, affinity: bool = True) -> None:
+    """Tell each source of ``dataset`` that sizes its cache itself (``cache_blocks=None``) how many
+    blocks this loader's readers use at once (:func:`blocks_in_use`), when ``sampler`` is a
+    :class:`~seqloader.BlockShuffleSampler`; otherwise nothing changes.
+
+    Example:
+        >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, seqloader
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
+        >>> pq.write_table(pa.table({"x": list(range(100))}), path, row_group_size=10)
+        >>> src = seqloader.parquet(path, columnar=True)
+        >>> sampler = seqloader.BlockShuffleSampler(src, window=2, seed=0, lanes=2, chunk=4)
+        >>> size_block_caches(src, sampler, 2, ThreadWorkers()); src.cache_blocks
+        6
+        >>> fixed = seqloader.parquet(path, cache_blocks=3)
+        >>> size_block_caches(fixed, sampler, 2, ThreadWorkers()); fixed.cache_blocks   # a cap is kept
+        3
+    """
+    if not isinstance(sampler, BlockShuffleSampler):
+        return
+    sources = [s for s in pipeline_sources(dataset) if callable(getattr(s, "size_cache", None))]
+    if not sources:
+        return
+    blocks = blocks_in_use(sampler.window, sampler.lanes or 1, len(sampler.block_ends), num_workers, executor,
+                           affinity)
+    for src in sources:
+        src.size_cache(blocks)

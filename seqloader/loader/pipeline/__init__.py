@@ -1,0 +1,1 @@
+"""L3: the sources a pipeline reads, found by the one walk of a pipeline."""

@@ -1,0 +1,1 @@
+"""L3: the only code that seeds, saves, restores or watches the global generators."""

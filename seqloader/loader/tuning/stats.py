@@ -1,0 +1,375 @@
+"""L3: where a loader's time goes: is the training loop waiting for data, and on which stage?
+
+An iterator brackets each ``next()`` with :meth:`LoaderStats.start` and :meth:`LoaderStats.returned`
+(two ``perf_counter`` calls). The
+time spent inside ``next()`` is *waiting* (the loop is input-bound); the time from one ``next()``
+returning to the following call is the loop's own *work*. Their ratio is the input-bound fraction
+of the epoch's wall time. The time ``iter()`` took (starting workers, opening the epoch) is its own
+line, ``startup_s``. Worker-side numbers (busy time, items computed, read-ahead used, bytes
+through shared memory, dead workers replaced) come from the prefetcher when workers are used. Always on: the cost is a
+few hundred nanoseconds per batch.
+
+**Which stage** (``DataLoader(profile_stages=True)``): :class:`StageAccount`, the per-stage account
+of an epoch (it was ``stage_stats.py``; one concept with the rest: where the time goes). The stages
+are timed where they run, exclusive of the stages nested in them
+(:mod:`seqloader.sequences.stage_times`): in the worker processes (or in this process at
+``num_workers=0``) each ``smap(f)`` and ``rng_map(f)`` (the calls of ``f``), ``"fetch"`` (the
+dataset's ``__getitem__``/``__getitems__``, or reading an ``IterableDataset``, less the ``smap``s
+inside it), ``"collate"`` (``collate_fn``, or ``default_collate`` stacking into the shared-memory
+slot) and ``"transfer"`` (pickling the batch into shared memory; workers only), ``"other"`` being
+the rest of the time spent computing batches; in this process ``"pin"`` (``pin_memory``). Workers
+send their totals with each batch, summed by the prefetcher (``Prefetch.counters()["stages"]``). A
+stage's ``share`` is its part of the time spent computing batches; ``pin``'s is its part of the
+loop's wall time.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+import time
+import weakref
+from typing import Any, Callable, Optional
+
+from seqloader.loader.tuning.hint import executor_hint, machine_busy
+from seqloader.sequences import stage_times
+
+__all__ = ["OTHER", "PIN", "EpochStats", "LoaderStats", "StageAccount"]
+
+_log = logging.getLogger("seqloader.stats")
+
+#: The rest of the time spent computing batches, and pinning in this process.
+OTHER, PIN = "other", "pin"
+
+
+@dataclasses.dataclass
+class StageAccount:
+    """Seconds per stage for one epoch; see the module docstring.
+
+    Attributes:
+        seconds: stage name -> seconds spent computing batches, summed over the workers (or in this
+            process at ``num_workers=0``).
+        busy_s, batches: at ``num_workers=0``, the seconds this process spent computing batches and
+            how many (with workers, their own counts are used).
+        pin_s: seconds spent pinning batches in this process.
+
+    Example:
+        >>> a = StageAccount({"fetch": 1.0, "collate": 3.0}, busy_s=5.0, batches=10)
+        >>> t = a.table(workers=[], wall_s=8.0, returned=10)
+        >>> list(t), t["collate"]["share"], t["other"]["per_batch_s"]
+        (['collate', 'fetch', 'other'], 0.6, 0.1)
+        >>> a.hint(workers=[], wall_s=8.0, returned=10)
+        'slowest stage: collate takes 60% of the time spent computing batches (300.0 ms per batch)'
+    """
+
+    seconds: dict = dataclasses.field(default_factory=dict)
+    busy_s: float = 0.0
+    batches: int = 0
+    pin_s: float = 0.0
+
+    def add(self, seconds: dict) -> None:
+        """Add stage totals (``{name: seconds}``)."""
+        for name, s in seconds.items():
+            self.seconds[name] = self.seconds.get(name, 0.0) + s
+
+    def table(self, workers: list, wall_s: float, returned: int) -> dict[str, dict[str, Any]]:
+        """``{name: {"where", "seconds", "per_batch_s", "share"}}``, the largest share first.
+
+        Args:
+            workers: the epoch's per-worker ``{"busy_s", "items", ...}`` (empty at ``num_workers=0``).
+            wall_s: the loop's wall time (waiting plus work), for ``pin``'s share.
+            returned: batches returned to the loop, for ``pin``'s time per batch.
+        """
+        rows: dict[str, dict[str, Any]] = {}
+        if self.seconds:
+            busy = sum(w["busy_s"] for w in workers) if workers else self.busy_s
+            computed = sum(w["items"] for w in workers) if workers else self.batches
+            where = "workers" if workers else "main"
+            spent = dict(self.seconds)
+            rest = busy - sum(spent.values())
+            if rest > 0:
+                spent[OTHER] = rest
+            for name, s in spent.items():
+                rows[name] = {"where": where, "seconds": s, "per_batch_s": s / computed if computed else 0.0,
+                              "share": s / busy if busy > 0 else 0.0}
+        if self.pin_s:
+            rows[PIN] = {"where": "main", "seconds": self.pin_s,
+                         "per_batch_s": self.pin_s / returned if returned else 0.0,
+                         "share": self.pin_s / wall_s if wall_s > 0 else 0.0}
+        return dict(sorted(rows.items(), key=lambda kv: -kv[1]["share"]))
+
+    def hint(self, workers: list, wall_s: float, returned: int) -> Optional[str]:
+        """The slowest stage computing batches (``other`` aside), and pinning when it takes >= 20% of
+        the loop's wall time; ``None`` when nothing was timed."""
+        table = self.table(workers, wall_s, returned)
+        parts = []
+        slowest = [(n, r) for n, r in table.items() if n not in (OTHER, PIN)]
+        if slowest:
+            name, row = slowest[0]
+            where = "worker time" if workers else "the time spent computing batches"
+            parts.append(f"slowest stage: {name} takes {row['share']:.0%} of {where} "
+                         f"({row['per_batch_s'] * 1e3:.1f} ms per batch)")
+        if PIN in table and table[PIN]["share"] >= 0.2:
+            parts.append(f"pinning takes {table[PIN]['share']:.0%} of the loop's wall time")
+        return "; ".join(parts) or None
+
+
+@dataclasses.dataclass
+class EpochStats:
+    """The numbers of one epoch (or of the part of it read so far).
+
+    Attributes:
+        epoch: the loader's epoch counter.
+        batches: batches returned by ``next()`` (including ones that raised).
+        wait_s: seconds spent inside ``next()``: the loop waiting for data.
+        work_s: seconds between a ``next()`` returning and the following call: the loop's work.
+        workers: per worker ``{"busy_s", "cpu_s", "items", "restarts"}`` (empty at
+            ``num_workers=0``): wall seconds computing items, and the CPU seconds of the threads
+            that computed them.
+        executor: what computed the batches: ``"process"``, ``"thread"`` (``"main"`` at
+            ``num_workers=0``).
+        ready_mean: the mean number of batches already computed when one was read (read-ahead used).
+        shm_bytes: bytes of results that came back through shared memory.
+        worker_restarts: dead workers replaced during the epoch (``max_worker_restarts``).
+        startup_s: seconds ``iter()`` took: starting the workers (unless persistent and already
+            running) and opening the epoch; not part of ``wait_s``.
+        account: the per-stage account (:class:`StageAccount`), filled with
+            ``profile_stages``; ``as_dict()`` shows it as ``"stages"``.
+    """
+
+    epoch: int
+    batches: int = 0
+    wait_s: float = 0.0
+    work_s: float = 0.0
+    workers: list = dataclasses.field(default_factory=list)
+    executor: str = "main"
+    ready_mean: float = 0.0
+    shm_bytes: int = 0
+    worker_restarts: int = 0
+    startup_s: float = 0.0
+    account: StageAccount = dataclasses.field(default_factory=StageAccount)
+
+    @property
+    def input_bound(self) -> float:
+        """The fraction of wall time the loop spent waiting for data, in ``[0, 1]``."""
+        total = self.wait_s + self.work_s
+        return self.wait_s / total if total > 0 else 0.0
+
+    @property
+    def batches_per_s(self) -> float:
+        """Batches per second of wall time (waiting plus work)."""
+        total = self.wait_s + self.work_s
+        return self.batches / total if total > 0 else 0.0
+
+    def hint(self, num_workers: int, cores: Optional[int], persistent: bool = False,
+             dataset: Any = None) -> Optional[str]:
+        """One line of suggestions, each only when the numbers support it; else ``None``.
+
+        * Input-bound (waiting >= 20% of the time, 10 batches or more): at ``num_workers=0``, how
+          many workers the waiting suggests; with workers, more of them only if every worker is
+          saturated (busy >= 90% of the wall time) and cores are free.
+        * Worker start-up in ``iter()`` >= 20% of the epoch (not with ``persistent``).
+        * Which executor fits, from the workers' CPU time against their busy time and the machine's
+          load, never threads for a ``dataset`` holding open files (see :meth:`_executor_hint`).
+        * With a per-stage account, the slowest stage.
+        """
+        parts = (self._load_hint(num_workers, cores), self._startup_hint(num_workers, persistent),
+                 self._executor_hint(num_workers, dataset), self.account.hint(self.workers, self.wait_s + self.work_s,
+                                                                       self.batches))
+        return "; ".join(p for p in parts if p) or None
+
+    def _load_hint(self, num_workers: int, cores: Optional[int]) -> Optional[str]:
+        total = self.wait_s + self.work_s
+        if self.batches < 10 or total <= 0 or self.input_bound < 0.2:
+            return None
+        if num_workers == 0:
+            if cores is not None and cores < 2:
+                return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data with "
+                        "num_workers=0 and one core: make the items cheaper")
+            want = max(1, math.ceil(self.wait_s / self.work_s)) if self.work_s > 0 else 8
+            want = min(want, cores if cores is not None else 8)
+            return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data with "
+                    f"num_workers=0; try num_workers={want}")
+        if not self.workers:
+            return None
+        busy = min(w["busy_s"] for w in self.workers) / total
+        if busy < 0.9:
+            return None
+        want = int(num_workers / max(1e-9, 1 - self.input_bound) + 0.999)
+        if cores is not None and num_workers >= cores:
+            return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data and all "
+                    f"{num_workers} workers busy, with no idle core left: make the items cheaper")
+        want = want if cores is None else min(want, cores)
+        return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data and all "
+                f"{num_workers} workers busy; try num_workers={want}")
+
+    def _executor_hint(self, num_workers: int, dataset: Any = None) -> Optional[str]:
+        """Threads or processes (10 batches or more, the loop waiting >= 20% of the time), measured
+        before advised: :func:`~seqloader.loader.tuning.hint.executor_hint`."""
+        wall = self.wait_s + self.work_s
+        if self.batches < 10 or wall <= 0 or self.input_bound < 0.2 or num_workers == 0 or not self.workers:
+            return None
+        return executor_hint(self.executor, num_workers, self.workers, wall, dataset, machine_busy())
+
+    def _startup_hint(self, num_workers: int, persistent: bool) -> Optional[str]:
+        wall = self.startup_s + self.wait_s + self.work_s
+        if num_workers == 0 or persistent or self.batches == 0 or self.startup_s < 0.2 * wall:
+            return None
+        return (f"start-up: iter() took {self.startup_s:.2f} s of the epoch's {wall:.2f} s starting "
+                "workers; persistent_workers=True starts them once")
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON types, with the derived ``input_bound`` and ``batches_per_s``, and ``stages`` (the
+        per-stage account's table, empty without ``profile_stages``)."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "account"}
+        out["stages"] = self.account.table(self.workers, self.wait_s + self.work_s, self.batches)
+        return {**out, "input_bound": self.input_bound, "batches_per_s": self.batches_per_s}
+
+
+class LoaderStats:
+    """The current and last epoch's :class:`EpochStats`, plus resumes and seeks.
+
+    Example:
+        >>> s = LoaderStats()
+        >>> s.begin(epoch=0)
+        >>> t = s.start(); s.returned(t)     # one next() that returned a batch
+        >>> s.current.batches, 0.0 <= s.current.input_bound <= 1.0
+        (1, True)
+    """
+
+    def __init__(self) -> None:
+        self.current: Optional[EpochStats] = None
+        self.last: Optional[EpochStats] = None
+        self.resumes = 0         # load_state_dict calls that an iterator then resumed
+        self.log_every_s: Optional[float] = None
+        self._returned: Optional[float] = None   # when the latest next() returned
+        self._source: Any = None                 # a weak reference to the epoch's Prefetch (never
+        self._base: Optional[dict] = None        # keep an iterator's workers alive), its counters
+        self._logged = time.perf_counter()
+        self.profile = False                     # the current epoch times its stages (profile_stages)
+        self._times: Optional[stage_times.StageTimes] = None  # ... computed in this process
+        self._opening = 0.0                      # when the current iter() began
+
+    def begin(self, epoch: int, resumed: bool = False, profile: bool = False) -> None:
+        """A new iterator: a new current epoch (the previous one becomes ``last``); ``profile``: its
+        stages are timed (workers time theirs if they were started with ``profile_stages``)."""
+        self._opening = time.perf_counter()
+        if self.current is not None and self.current.batches:
+            self.refresh()
+            self.last = self.current
+        self.current = EpochStats(epoch)
+        self.resumes += int(resumed)
+        self._returned = None
+        self._source = self._base = None
+        self.profile = profile
+        self._times = stage_times.StageTimes() if profile else None
+
+    def opened(self) -> None:
+        """``iter()`` returns its iterator: the time since :meth:`begin` is the epoch's start-up."""
+        if self.current is not None:
+            self.current.startup_s += time.perf_counter() - self._opening
+
+    def compute(self, seq: Any, i: int) -> Any:
+        """``seq[i]`` computed in this process (``num_workers=0``), its stages timed when profiling."""
+        times, cur = self._times, self.current
+        if times is None or cur is None:
+            return seq[i]
+        start = time.perf_counter()
+        try:
+            with stage_times.collecting(times):
+                return seq[i]
+        finally:
+            cur.account.busy_s += time.perf_counter() - start
+            cur.account.batches += 1
+
+    def timed_main(self, f: Callable[[Any], Any], batch: Any) -> Any:
+        """``f(batch)`` (pinning) in this process, counted as the stage ``"pin"``."""
+        start = time.perf_counter()
+        try:
+            return f(batch)
+        finally:
+            if self.current is not None:
+                self.current.account.pin_s += time.perf_counter() - start
+
+    def attach(self, source: Any) -> None:
+        """The epoch reads a ``Prefetch``: its counters from now on are the epoch's worker numbers.
+
+        Only a weak reference is kept; the iterator calls :meth:`refresh` before it closes its
+        workers, and numbers of workers dropped with an abandoned iterator stay as last refreshed.
+        """
+        self._source, self._base = weakref.ref(source), source.counters()
+
+    def refresh(self) -> None:
+        """Copy the workers' numbers since :meth:`attach` (and the stages timed here) into the current epoch."""
+        if self._times is not None and self.current is not None:
+            self.current.account.add(self._times.take())
+        source = None if self._source is None else self._source()
+        if source is None or self.current is None:
+            return
+        now, base = source.counters(), self._base
+        assert base is not None  # set with _source by attach()
+        cur = self.current
+        cur.workers = [{k: w[k] - b[k] for k in ("busy_s", "cpu_s", "items", "restarts")}
+                       for w, b in zip(now["workers"], base["workers"])]
+        cur.executor = now.get("executor", "process")
+        reads = now["reads"] - base["reads"]
+        cur.ready_mean = (now["ready_sum"] - base["ready_sum"]) / reads if reads else 0.0
+        cur.shm_bytes = now["shm_bytes"] - base["shm_bytes"]
+        cur.worker_restarts = now["restarts"] - base["restarts"]
+        if now["stages"]:
+            cur.account.seconds = {k: v - base["stages"].get(k, 0.0) for k, v in now["stages"].items()}
+
+    def report(self, num_workers: int, cores: Optional[int], persistent: bool = False,
+               dataset: Any = None) -> dict[str, Any]:
+        """``DataLoader.stats()``: the current and last epoch, resumes, and a hint (or ``None``).
+
+        Returns:
+            ``{"current": {...} or None, "last": {...} or None, "resumes": int, "hint": str or
+            None}``. Each epoch entry has ``epoch``, ``batches``, ``wait_s`` (time inside
+            ``next()``), ``work_s`` (time between ``next()`` calls), ``input_bound`` (their
+            ratio: the fraction of wall time spent waiting), ``batches_per_s``, ``startup_s``
+            (time in ``iter()``), ``stages`` (the per-stage account, with ``profile_stages``) and,
+            with workers, ``workers`` (per worker ``busy_s`` and ``items``), ``ready_mean``
+            (batches already computed when one was read) and ``shm_bytes``. ``hint``: see
+            :meth:`EpochStats.hint` (``dataset``: checked for open files before threads are advised).
+        """
+        self.refresh()
+        cur = self.current
+        return {"current": None if cur is None else cur.as_dict(),
+                "last": None if self.last is None else self.last.as_dict(),
+                "resumes": self.resumes,
+                "hint": None if cur is None else cur.hint(num_workers, cores, persistent, dataset)}
+
+    def reading(self, epoch: int) -> None:
+        """The current iterator reads ``epoch`` after all (a ``set_epoch`` between ``iter()`` and its
+        first ``next()``)."""
+        if self.current is not None:
+            self.current.epoch = epoch
+
+    def start(self) -> float:
+        """A ``next()`` begins: the time since the previous one returned was the loop's work."""
+        now = time.perf_counter()
+        if self._returned is not None and self.current is not None:
+            self.current.work_s += now - self._returned
+        return now
+
+    def returned(self, start: float) -> None:
+        """The ``next()`` begun at ``start`` returned a batch (or raised: the batch is consumed)."""
+        assert self.current is not None, "LoaderStats.begin() first"
+        self._count(self.current, start)
+
+    def stopped(self) -> None:
+        """The ``next()`` raised ``StopIteration``: the epoch is over."""
+        self._returned = None
+
+    def _count(self, cur: EpochStats, start: float) -> None:
+        end = time.perf_counter()
+        cur.wait_s += end - start
+        cur.batches += 1
+        self._returned = end
+        if self.log_every_s is not None and end - self._logged >= self.log_every_s:
+            self._logged = end
+            _log.info("seqloader: epoch %d, %d batches, %.1f batches/s, input-bound %.0f%%",
+                      cur.epoch, cur.batches, cur.batches_per_s, 100 * cur.input_bound)
