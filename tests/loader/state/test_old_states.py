@@ -188,13 +188,20 @@ def test_a_state_names_the_release_that_saved_it_and_loading_ignores_it(tmp_path
 
 def test_the_changelog_s_newest_entry_is_this_release():
     if not CHANGELOG.is_file():
-        pytest.fail(f"CHANGELOG.md not found at {CHANGELOG} (the repository root, two folders above this test): "
+        pytest.fail(f"CHANGELOG.md not found at {CHANGELOG} (the repository root, three folders above this test): "
                     "every release is recorded there, newest first")
     text = CHANGELOG.read_text(encoding="utf-8")
     entries = re.split(r"^## ", text, flags=re.M)[1:]
     if entries and entries[0].split()[0] == "Unreleased":   # what main holds beyond the last release
         assert "State format:" in entries[0], "the Unreleased entry does not say which state format it saves"
-        entries = entries[1:]
+        coming = re.match(r"Unreleased \((\S+)\)", entries[0])
+        assert coming, "the Unreleased entry does not name the release it prepares: '## Unreleased (X.Y.Z)'"
+        assert re.fullmatch(rf"{re.escape(coming.group(1))}\.dev\d+", seqloader.__version__), (
+            f"CHANGELOG.md's Unreleased entry prepares {coming.group(1)}, but seqloader.__version__ is "
+            f"{seqloader.__version__}: main's version is that release's development version "
+            f"({coming.group(1)}.devN), so that a state saved with main's changes says so")
+        assert f"State format: {VERSION} " in entries[0], f"the Unreleased entry does not name state format {VERSION}"
+        return
     assert entries, "CHANGELOG.md has no release entry ('## <version> ...')"
     newest = entries[0].split()[0]
     assert newest == seqloader.__version__, (f"CHANGELOG.md's newest entry is {newest}, but seqloader.__version__ is "
