@@ -14,7 +14,7 @@ A state is a small dict of JSON types (see ``docs/design.md``, "Loader state: fo
      "drop_last": False, "shuffle": True, "derivation": 2, "sampler_len": None,
      "sampler_epoch": None, "sampler": None, "dataset": None, "iterable": None,
      "recipe": None, "files": [], "positions": {"digest": "4f53cda18c2baa0c", "stages": []},
-     "saved_with": {"num_workers": 4, "world_size": 8, "seqloader": "0.4.0"}}
+     "saved_with": {"num_workers": 4, "world_size": 8, "seqloader": "0.5.0.dev0"}}
 
 Every key is described in that section's table. In short: ``position`` counts samples of the
 epoch's *global* order already yielded (all ranks together; with ``in_order=False`` it is the
@@ -104,7 +104,7 @@ def is_stateful(obj: Any) -> bool:
 
 
 def reader() -> str:
-    """``'seqloader 0.4.0 reads state_dict versions 1-5'``: named wherever a state's version is refused."""
+    """``'seqloader 0.5.0.dev0 reads state_dict versions 1-5'``: named wherever a state's version is refused."""
     return f"seqloader {__version__} reads state_dict versions {min(_MIGRATIONS, default=VERSION)}-{VERSION}"
 
 
