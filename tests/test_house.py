@@ -68,3 +68,13 @@ def test_the_heavier_arrow_of_a_circle_stays(tmp_path):
 def test_the_real_package_is_surveyed():
     h = house.survey(house.PACKAGE, house.read_layers(house.REPO / "tests" / "test_layers.py"))
     assert {"loader/", "sequences/", "errors"} <= set(h.rooms) and h.floors["errors"] == 0
+
+
+def test_the_loader_is_rooms_without_a_circle():
+    """``seqloader/loader/``: a face of at most about eight modules before rooms (folders) that
+    import each other without a circle (issue 42: it was 41 flat rooms on 11 floors)."""
+    loader = house.survey(house.PACKAGE / "loader", [], "seqloader.loader")
+    assert loader.circles == [] and loader.back_up == {}, (loader.circles, loader.back_up)
+    face = [r for r in loader.rooms if not r.endswith("/")]
+    assert len(face) <= 8, face
+    assert {"recipe/", "state/", "epoch/", "workers/", "rngs/", "tuning/", "torch_compat/"} <= set(loader.rooms)

@@ -39,6 +39,7 @@ Usage::
 
     python -m tools.house                     # seqloader/ against tests/test_layers.py
     python -m tools.house --arrows            # ... and list every arrow with its weight
+    python -m tools.house --inside loader     # seqloader/loader/ as a house: its folders and modules are rooms
     python -m tools.house --package path/to/pkg --layers path/to/test_layers.py
 
 Example:
@@ -96,10 +97,10 @@ class House:
         return len(set(self.floors.values()))
 
 
-def _module_names(root: Path) -> dict[str, Path]:
+def _module_names(root: Path, name: str) -> dict[str, Path]:
     names = {}
     for path in sorted(root.rglob("*.py")):
-        parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+        parts = [*name.split("."), *path.relative_to(root).with_suffix("").parts]
         if parts[-1] == "__init__":
             parts.pop()
         names[".".join(parts)] = path
@@ -192,10 +193,10 @@ def _layer_of(module: str, layers: Sequence[tuple[str, int]]) -> Optional[int]:
 
 
 def _room_of(module: str, package: str, packages: set[str]) -> Optional[str]:
-    parts = module.split(".")
-    if len(parts) == 1:
+    parts = module[len(package) + 1:].split(".") if module != package else []
+    if not parts:
         return None  # the front door
-    return parts[1] + "/" if f"{package}.{parts[1]}" in packages else parts[1]
+    return parts[0] + "/" if f"{package}.{parts[0]}" in packages else parts[0]
 
 
 def _components(nodes: Iterable[str], edges: Iterable[Arrow]) -> list[list[str]]:
@@ -235,11 +236,14 @@ def _components(nodes: Iterable[str], edges: Iterable[Arrow]) -> list[list[str]]
     return out
 
 
-def survey(root: Path, layers: Sequence[tuple[str, int]]) -> House:
+def survey(root: Path, layers: Sequence[tuple[str, int]], name: Optional[str] = None) -> House:
     """Read the package at ``root`` and compute its rooms, arrows, circles, arrows back up and floors.
 
     Args:
-        root: The package directory (its name is the package's name).
+        root: The package directory.
+        name: its dotted name (default: the directory's name): a subpackage is surveyed as a
+            house of its own (``survey(PACKAGE / "loader", layers, "seqloader.loader")``: its
+            folders and loose modules are the rooms).
         layers: ``(module prefix, layer)`` pairs, as ``tests/test_layers.py``'s ``LAYERS``; a module
             no prefix matches has no layer and takes part in no layer check.
 
@@ -256,8 +260,8 @@ def survey(root: Path, layers: Sequence[tuple[str, int]]) -> House:
         >>> h.circles, h.back_up, h.floors
         ([['a', 'b']], {('a', 'b'): 'closes a circle: b imports a back'}, {'a': 0, 'b': 1})
     """
-    package = root.name
-    names = _module_names(root)
+    package = root.name if name is None else name
+    names = _module_names(root, package)
     packages = {n for n, p in names.items() if p.name == "__init__.py"}
     imports = {m: module_imports(p, m, names) for m, p in names.items()}
     rooms = sorted({r for m in names if (r := _room_of(m, package, packages)) is not None})
@@ -355,10 +359,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--layers", type=Path, default=None,
                         help="the layer test whose LAYERS to read (default: <package>/../tests/test_layers.py)")
     parser.add_argument("--arrows", action="store_true", help="list every arrow")
+    parser.add_argument("--inside", default=None, metavar="FOLDER",
+                        help="survey one folder of the package as a house of its own (e.g. loader)")
     args = parser.parse_args(argv)
     layers_file = args.layers or args.package.resolve().parent / "tests" / "test_layers.py"
     layers: Mapping[str, int] | list[tuple[str, int]] = read_layers(layers_file) if layers_file.exists() else []
-    print(report(survey(args.package.resolve(), list(layers)), show_arrows=args.arrows))
+    root = args.package.resolve()
+    if args.inside is None:
+        print(report(survey(root, list(layers)), show_arrows=args.arrows))
+    else:
+        inside = root / args.inside
+        print(report(survey(inside, list(layers), ".".join([root.name, *Path(args.inside).parts])),
+                     show_arrows=args.arrows))
     return 0
 
 
