@@ -16,7 +16,8 @@ map-style datasets, ``benchmarks.iterable`` those on an ``IterableDataset``,
 that should stay flat in the dataset's size (resume, ``mix``), ``benchmarks.sources`` the data
 sources, ``benchmarks.packing`` ``seqloader.pack`` against Grain's packing, ``benchmarks.threads``
 thread workers against worker processes (issue 28; its files and baselines in
-``benchmarks.threads_data``), and ``benchmarks.common`` what they share. :data:`OPT_IN` holds the workloads that run only when
+``benchmarks.threads_data``), ``benchmarks.columnar`` where a columnar batch's CPU goes at
+``num_workers=0`` against a pyarrow scan (issue 43), and ``benchmarks.common`` what they share. :data:`OPT_IN` holds the workloads that run only when
 named: ``benchmarks.ray``, the Ray executor on a local cluster against the process executor
 (minutes: clusters started, nodes killed), and ``benchmarks.autotune``, ``autotune=True`` against a
 grid of fixed configurations (issue 38; minutes)::
@@ -30,6 +31,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from benchmarks.autotune import AUTOTUNE_WORKLOADS
+from benchmarks.columnar import COLUMNAR_WORKLOADS
 from benchmarks.common import Options, Row, format_rows
 from benchmarks.features import FEATURE_WORKLOADS
 from benchmarks.iterable import ITERABLE_WORKLOADS
@@ -46,7 +48,7 @@ __all__ = ["OPT_IN", "Options", "Row", "WORKLOADS", "format_rows", "run"]
 #: Workload name -> function(Options) -> rows, in the order ``python -m benchmarks`` runs them.
 WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
     **PREFETCH_WORKLOADS, **LOADER_WORKLOADS, **ITERABLE_WORKLOADS, **FEATURE_WORKLOADS, **SCALE_WORKLOADS,
-    **SOURCE_WORKLOADS, **PACKING_WORKLOADS, **THREADS_WORKLOADS}
+    **SOURCE_WORKLOADS, **PACKING_WORKLOADS, **THREADS_WORKLOADS, **COLUMNAR_WORKLOADS}
 #: Workloads run only when named (``--workloads``), never by default: they start Ray clusters
 #: (``benchmarks.ray``), or run a grid of fixed configurations against ``autotune=True``
 #: (``benchmarks.autotune``, minutes).

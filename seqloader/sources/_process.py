@@ -77,12 +77,22 @@ class Threads:
     """Run a function over items on at most ``num_threads`` threads of this process, in order.
 
     The pool (``seqloader.threads.ThreadPool``) is created on the first call that needs more
-    than one thread, once per process. Results come back in item order; the first error (in item
-    order) is re-raised with its type.
+    than one thread, once per process, and starts threads only as items wait for one.
+    :meth:`release` stops it (a source's index is built, and local files need no threads after
+    that); a later call that needs threads starts a new one. Results come back in item order; the
+    first error (in item order) is re-raised with its type.
 
     Example:
-        >>> Threads("demo", 2).map(lambda x: x * 2, [1, 2, 3])
+        >>> import threading
+        >>> before, threads = set(threading.enumerate()), Threads("demo", 2)
+        >>> threads.map(lambda x: x * 2, [1, 2, 3])
         [2, 4, 6]
+        >>> threads.release()                 # joins this process's threads; idempotent
+        >>> threads.release(); set(threading.enumerate()) - before
+        set()
+        >>> threads.map(lambda x: x + 1, [1, 2])    # a new pool, started as needed
+        [2, 3]
+        >>> threads.release()
     """
 
     def __init__(self, op: str, num_threads: int):
@@ -94,6 +104,14 @@ class Threads:
         if self.num_threads == 1 or len(items) <= 1:
             return [fn(x) for x in items]
         return list(self._pool.get().map(fn, items))
+
+    def release(self) -> None:
+        """Stop this process's pool, if one was started, and join its threads (not while another
+        thread of this process is inside :meth:`map`)."""
+        pool = self._pool.peek()
+        if pool is not None:
+            self._pool = ProcessLocal(functools.partial(_make_pool, self.num_threads))
+            pool.close()
 
 
 def optional_import(module: str, extra: str, op: str) -> Any:

@@ -10,7 +10,8 @@ one native call: ``numpy.take(buffer, base[blocks] + rows, axis=0, mode="clip")`
 straight into the array the batch holds (``mode="clip"``: numpy's default ``"raise"`` gathers
 into a scratch buffer and copies it; the positions are in range by construction), whatever
 the number of blocks the batch spans, into an array reused once the training loop has dropped
-the batch it was (:mod:`seqloader.sources._batch_buffers`: pages already touched). The Python per batch is a few numpy calls, none per row
+the batch it was (:mod:`seqloader.sources._batch_buffers`: pages already touched; a column under
+:data:`POOLED_BYTES` is allocated instead). The Python per batch is a few numpy calls, none per row
 or per block; ``benchmarks/threads.py`` measures it (``threads_parquet``, "Python per batch").
 
 A column goes in the buffers when its values are numbers, booleans or times (1-D), or rows of
@@ -31,7 +32,12 @@ import numpy as np
 from seqloader.sources._arena import Arena
 from seqloader.sources._batch_buffers import BatchBuffers
 
-__all__ = ["Block", "Slots", "slot_rows"]
+__all__ = ["POOLED_BYTES", "Block", "Slots", "slot_rows"]
+
+#: A gathered column of at least this many bytes goes into a reused array
+#: (:mod:`seqloader.sources._batch_buffers`); a smaller one is allocated (glibc serves it from its
+#: free lists, without ``mmap`` or page faults).
+POOLED_BYTES = 32 << 10
 
 
 class Block:
@@ -132,9 +138,13 @@ class Slots:
 
 
     def _take(self, col: np.ndarray, index: np.ndarray) -> np.ndarray:
-        """``col[index]`` (rows), written into a reused array of :attr:`buffers`."""
+        """``col[index]`` (rows), written into a reused array of :attr:`buffers` when it is large
+        (:data:`POOLED_BYTES`: a small one comes from the allocator's free lists, cheaper than a
+        search of the pool)."""
         if col.dtype.hasobject:
             return np.take(col, index, axis=0)
+        if col.nbytes // max(len(col), 1) * index.size < POOLED_BYTES:   # (bytes per row x rows)
+            return np.take(col, index, axis=0, mode="clip")
         out = self.buffers.empty((index.size, *col.shape[1:]), col.dtype)
         return np.take(col, index, axis=0, out=out, mode="clip")
 

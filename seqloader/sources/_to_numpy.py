@@ -4,15 +4,26 @@ What a columnar source (:mod:`seqloader.sources._table`) turns each column of a 
 into, once per block: primitive columns without nulls and lists of numbers whose rows all have
 one length (a token column) as views of Arrow's buffers (1-D and 2-D), anything else as numpy's
 own conversion or an object array of rows.
+
+The fast cases read Arrow's buffers with ``numpy.frombuffer`` (a few calls per column and
+block, none per row): ``pyarrow.Array.to_numpy`` goes through pyarrow's pandas shim, whose first
+call in a process imports pandas (about half a second, in every worker process) and whose
+later calls cost more than the view. A list column's values are its flat values buffer
+reshaped to ``(rows, length)``, its offsets checked with one vectorised comparison.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Optional, cast
 
 import numpy as np
 
 __all__ = ["to_numpy"]
+
+#: Arrow's names of the fixed-width number types (``str(pa.int32())``) and their numpy dtypes.
+_NUMBERS: dict[str, np.dtype[Any]] = {name: np.dtype(name) for name in ("int8", "int16", "int32", "int64", "uint8",
+                                                                       "uint16", "uint32", "uint64")}
+_NUMBERS.update({"halffloat": np.dtype(np.float16), "float": np.dtype(np.float32), "double": np.dtype(np.float64)})
 
 
 def to_numpy(column: Any) -> np.ndarray:
@@ -47,6 +58,9 @@ def to_numpy(column: Any) -> np.ndarray:
         column = column.chunk(0)
     arr = column
     typ = arr.type
+    flat = _numbers(arr)
+    if flat is not None:
+        return flat
     square = _square(arr)
     if square is not None:
         return square
@@ -61,37 +75,50 @@ def to_numpy(column: Any) -> np.ndarray:
     return out
 
 
-def _square(arr: Any) -> np.ndarray | None:
+def _numbers(arr: Any) -> Optional[np.ndarray]:
+    """A pyarrow array of fixed-width numbers without nulls as a read-only view of its data
+    buffer (honouring its offset); else ``None``."""
+    dtype = _NUMBERS.get(str(arr.type))
+    if dtype is None or arr.null_count:
+        return None
+    data = arr.buffers()[1]
+    if data is None:   # (an empty array may have no buffer)
+        return np.empty(0, dtype)
+    return np.frombuffer(data, dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+
+
+def _square(arr: Any) -> Optional[np.ndarray]:
     """A list array of numbers without nulls whose rows all have one length, as a 2-D array (a
-    view of Arrow's values); else ``None``."""
+    view of Arrow's values buffer); else ``None``."""
     import pyarrow.types as t
 
     typ = arr.type
     fixed = t.is_fixed_size_list(typ)
     if not (fixed or t.is_list(typ) or t.is_large_list(typ)) or arr.null_count or not len(arr):
         return None
-    if not (t.is_integer(typ.value_type) or t.is_floating(typ.value_type)):
+    if str(typ.value_type) not in _NUMBERS:
         return None
+    n = len(arr)
     if fixed:
         width = typ.list_size
+        start = arr.offset * width
     else:
-        offsets = arr.offsets.to_numpy()
-        width = int(offsets[1] - offsets[0])
-        if int(offsets[-1] - offsets[0]) != width * len(arr) or (
-                len(arr) > 2 and not (np.diff(offsets) == width).all()):
+        offsets = np.frombuffer(arr.buffers()[1], np.int64 if t.is_large_list(typ) else np.int32, count=n + 1,
+                                offset=arr.offset * (8 if t.is_large_list(typ) else 4))
+        start, width = int(offsets[0]), int(offsets[1] - offsets[0])
+        if int(offsets[-1]) - start != width * n or (n > 2 and not (np.diff(offsets) == width).all()):
             return None
-    flat = arr.flatten()
-    if flat.null_count:
-        return None
-    return cast(np.ndarray, flat.to_numpy().reshape(len(arr), width))
+    values = _numbers(arr.values.slice(start, width * n))
+    return None if values is None else values.reshape(n, width)
 
 
 def _rows_of(parts: list[np.ndarray], n: int) -> np.ndarray:
-    """The rows of ``parts`` (1-D or 2-D arrays) as one object array of ``n`` rows."""
+    """The rows of ``parts`` (1-D or 2-D arrays) as one object array of ``n`` rows (chunks of
+    other dtypes or row lengths: one object per row is what the result is)."""
     out = np.empty(n, dtype=object)
     i = 0
     for p in parts:
-        for r in range(len(p)):  # (element by element: a 2-D part must give rows, not be broadcast)
-            out[i] = p[r]
-            i += 1
+        # (a 2-D part must give rows, not be broadcast: its row views, one object each, made in C)
+        out[i:i + len(p)] = np.fromiter(p, dtype=object, count=len(p)) if p.ndim > 1 else p
+        i += len(p)
     return out

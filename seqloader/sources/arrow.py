@@ -113,6 +113,7 @@ class _ArrowIPC(TableSource):
             opened = self._threads.map(index, range(len(infos)))
         finally:
             progress.close()
+            self._threads.release()   # (local files use no thread from here on; remote reads start their own)
         self._schema_names = check_schemas(_OP, [f.path for f in infos], [schema for schema, _, _ in opened],
                                            self._columns)
         self._digests = [d.split("+", 1)[0] for _, _, d in opened]

@@ -2,7 +2,8 @@
 
 The index is the row count of every row group, read from the files' footers: one read per
 file (a local ``pread``, or one range request for the last 64 KiB, plus one more only for a
-footer larger than that), ``num_threads`` files at a time. Position ``p`` is row
+footer larger than that), ``num_threads`` files at a time (threads stopped once the index is
+built: reading local files starts none). Position ``p`` is row
 ``p - starts[g]`` of row group ``g`` (a bisection over the cumulative counts, vectorised over
 a batch). A batch reads each of its row groups once (remote ones concurrently, one range
 request per row group covering the selected columns' chunks), decodes it with pyarrow and keeps
@@ -104,6 +105,7 @@ class _Parquet(TableSource):
             footers = self._threads.map(footer, range(len(infos)))
         finally:
             progress.close()
+            self._threads.release()   # (local files use no thread from here on; remote reads start their own)
         metas = [m for m, _, _ in footers]
         self._digests = [d for _, d, _ in footers]
         self._files.contents = [f"footer:{d}+data:{sample}" for _, d, sample in footers]

@@ -167,3 +167,95 @@ def test_threads_reading_a_small_arena_at_once_get_exact_batches():
         sys.setswitchinterval(old)
     assert not errors and not any(t.is_alive() for t in threads)
     assert len(src._slots.get().arena.kept()) <= 3
+
+
+# -- issue 43: one coarse step per block, no threads that do nothing ----------------------------
+
+def token_table(rows: int, width: int, seed: int):
+    """The issue's layout: ``id`` int64, ``tokens`` list<int32> of ``width``, ``label`` int32."""
+    rng = np.random.default_rng(seed)
+    values = pa.array(rng.integers(0, 50_000, rows * width, dtype=np.int32))
+    offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
+    return pa.table({"id": np.arange(seed * rows, (seed + 1) * rows, dtype=np.int64),
+                     "tokens": pa.ListArray.from_arrays(offsets, values),
+                     "label": rng.integers(0, 10, rows).astype(np.int32)})
+
+
+def test_a_token_column_is_pyarrows_flat_values_reshaped_from_the_file_to_the_batch(tmp_path):
+    """A list<int32> column of equal lengths decodes to one 2-D array equal to pyarrow's
+    ``to_numpy`` of the flattened values reshaped, and a columnar batch holds exactly its rows."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.concat_tables([token_table(25, 16, k) for k in range(4)]), path, row_group_size=25,
+                   compression="snappy", use_dictionary=True)
+    whole = pq.read_table(path)
+    want = whole.column("tokens").combine_chunks()
+    want = want.flatten().to_numpy().reshape(len(want), -1)
+    for g in range(pq.ParquetFile(path).num_row_groups):
+        col = pq.ParquetFile(path).read_row_group(g).column("tokens")
+        got = to_numpy(col)
+        assert got.dtype == np.int32 and got.shape == (25, 16)
+        assert np.array_equal(got, col.combine_chunks().flatten().to_numpy().reshape(25, 16))
+    src = seqloader.parquet(str(path), columnar=True)
+    pos = np.random.default_rng(0).permutation(len(whole))[:40].tolist()
+    batch = src.__getitems__(pos)
+    assert batch["tokens"].dtype == np.int32 and batch["tokens"].shape == (40, 16)
+    assert np.array_equal(batch["tokens"], want[pos])
+    assert batch["id"].tolist() == whole.column("id").to_numpy()[pos].tolist()
+    assert batch["label"].tolist() == whole.column("label").to_numpy()[pos].tolist()
+
+
+@pytest.mark.parametrize("typ", [pa.int8(), pa.uint16(), pa.int64(), pa.float16(), pa.float64()])
+def test_numbers_are_a_view_of_arrows_buffer_and_honour_a_slice(typ):
+    arr = pa.array(np.arange(10)).cast(typ)
+    out = to_numpy(arr.slice(3, 4))
+    assert out.dtype == typ.to_pandas_dtype() and out.tolist() == [3, 4, 5, 6]
+    assert np.shares_memory(out, np.frombuffer(arr.buffers()[1], out.dtype))   # zero-copy
+    assert to_numpy(pa.array([], typ)).shape == (0,)
+    lists = pa.ListArray.from_arrays(pa.array([0, 2, 4, 6], pa.int32()), arr.slice(2, 6))   # values sliced too
+    assert to_numpy(lists).tolist() == [[2, 3], [4, 5], [6, 7]]
+    assert to_numpy(lists.slice(1)).tolist() == [[4, 5], [6, 7]]
+
+
+def test_converting_a_block_imports_no_pandas(tmp_path):
+    """pyarrow's ``Array.to_numpy`` imports pandas on its first call in a process (half a second in
+    every worker); numbers and token columns go by Arrow's buffers instead."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.parquet"
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(40, dtype=np.float32)), 2)
+    pq.write_table(token_table(20, 8, 0).append_column("vec", vec), path, row_group_size=10)
+    code = ("import sys, seqloader\n"
+            f"batch = seqloader.parquet({str(path)!r}, columnar=True).__getitems__([3, 12, 0])\n"
+            "print([c.shape for c in batch.values()], 'pandas' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[(3,), (3, 8), (3,), (3, 2)] False"
+
+
+def seqloader_threads() -> set:
+    """The pool threads alive now (objects, not names: another test's pool may end meanwhile)."""
+    import threading
+
+    return {t for t in threading.enumerate() if t.name.startswith("seqloader-thread")}
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow_ipc"])
+def test_an_epoch_of_local_files_starts_no_thread(tmp_path, fmt):
+    """The index of several files is read on a pool of threads, stopped once it is built; reading
+    local files needs none, so an epoch over them leaves no seqloader thread running."""
+    from torch.utils.data import default_convert
+
+    feather = pytest.importorskip("pyarrow.feather")
+    for k in range(4):
+        t = token_table(20, 8, k)
+        if fmt == "parquet":
+            pq.write_table(t, tmp_path / f"p{k}.parquet", row_group_size=5)
+        else:
+            feather.write_feather(t, str(tmp_path / f"p{k}.arrow"), chunksize=5)
+    before = seqloader_threads()
+    src = getattr(seqloader, fmt)(str(tmp_path), columnar=True, num_threads=16)
+    assert not seqloader_threads() - before
+    loader = seqloader.DataLoader(src, batch_size=8, sampler=seqloader.BlockShuffleSampler(src, seed=0),
+                                  num_workers=0, seed=0, collate_fn=default_convert)
+    assert sum(len(b["id"]) for b in loader) == 80
+    assert not seqloader_threads() - before
