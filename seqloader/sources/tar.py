@@ -62,6 +62,7 @@ class _TarShards(Source[Any]):
             built = self._threads.map(build, range(len(infos)))
         finally:
             progress.close()
+            self._threads.release()   # (local shards use no thread from here on; remote reads start their own)
         self._shards: list[ShardIndex] = [index for index, _ in built]
         self.index_stats = {"cached": progress.counts.get("cached", 0), "scanned": progress.counts.get("scanned", 0)}
         self._files.contents = [f"members:{index.digest()}+data:{sample}" for index, sample in built]

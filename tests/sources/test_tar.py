@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import seqloader
+from forking import wait_until
 from seqloader.sources import tar_shards
 from seqloader.sources._tar_cache import FORMAT
 from seqloader.testing import assert_resumes_exactly
@@ -45,6 +46,22 @@ def test_samples_equal_tarfiles_read(shards):
     assert list(src) == want
     assert src.blocks().tolist() == [4, 4, 11, 14]
     assert repr(src) == f"tar_shards(shards=4, len={N})"
+
+
+def test_local_shards_start_no_thread_once_indexed(shards):
+    """The shards are indexed on a pool of threads, stopped once the index is built: reading local
+    shards needs none, so an epoch over them leaves no seqloader thread running."""
+    import threading
+
+    def pool():
+        return {t for t in threading.enumerate() if t.name.startswith("seqloader-thread")}
+
+    before = pool()
+    src = tar_shards(shards, num_threads=4)
+    assert len(list(seqloader.DataLoader(src, batch_size=None, num_workers=0, seed=0))) == N
+    # the pool was told to stop and joined against a deadline: on a busy machine a thread may take
+    # longer to end, so wait for it (generously) rather than look once
+    assert wait_until(lambda: not pool() - before, 60), pool() - before
 
 
 def test_extensions_and_transform(shards):
