@@ -323,8 +323,10 @@ class TunedView:
 class TunedIterator(MapIterator):
     """A map-style epoch whose workers change between batches; see the module docstring.
 
-    Each delivered batch is timed (the wait inside ``next()``, the loop's work before it) and
-    shown to the policy; a configuration it asks for is put in force before the next batch.
+    Each delivered batch is shown to the policy as the loader's one clock timed it
+    (:class:`~seqloader.loader.tuning.stats.BatchClock`: the wait inside ``next()``, a switch
+    included, and the loop's work before it); a configuration the policy asks for is put in force
+    at the start of the next ``next()``.
     """
 
     def __init__(self, *args: Any, tuning: Tuning, view: Any, reading: Any, workers: Any,
@@ -333,26 +335,33 @@ class TunedIterator(MapIterator):
         self._tuning, self._view, self._reading, self._workers = tuning, view, reading, workers
         self._epoch_of = epoch_of
         self._pending: Optional[Config] = None
-        self._returned: Optional[float] = None
+        self._cpu: Optional[float] = None   # the CPU seconds of this thread over the latest batch computed here
         self._delivered = 0
         tuning.check_pickles(self._opened.seq, view.dataset, view.worker_init_fn)
 
-    def _deliver(self) -> Any:
-        start = time.perf_counter()   # a switch is part of the loop's wait for this batch
+    def _next(self) -> Any:
+        """The pending switch (inside ``next()``: part of the loop's wait for this batch), then the
+        batch; one computed by this thread has its CPU seconds measured (the share of a core it kept busy)."""
         if self._pending is not None:
             config, self._pending = self._pending, None
             self._switch(config)
-        here = self._tuning.config.method == "main"   # computed by this thread: its CPU share is measured
-        cpu = time.thread_time() if here else 0.0
+        self._cpu = None
+        if self._tuning.config.method != "main":
+            return super()._next()
+        cpu = time.thread_time()
+        batch = super()._next()
+        self._cpu = time.thread_time() - cpu
+        return batch
+
+    def _deliver(self) -> Any:
         batch = super()._deliver()
-        now = time.perf_counter()
-        work = None if self._returned is None else start - self._returned
-        self._returned = now
+        clock = self._stats.clock   # the loader's one clock timed this next()
+        now = clock.returned_at
+        assert now is not None, "LoaderStats.returned() sets it for every batch delivered"
         # a batch's bytes predict the memory in flight; batches are alike, so one in 16 is walked
         size = batch_bytes(batch) if self._delivered % 16 == 0 else 0
         self._delivered += 1
-        self._pending = self._tuning.observe(BatchTiming(now, now - start, work, size,
-                                                         time.thread_time() - cpu if here else None),
+        self._pending = self._tuning.observe(BatchTiming(now, clock.wait_s, clock.work_s, size, self._cpu),
                                              lambda: worker_pids(self._opened.source))
         return batch
 

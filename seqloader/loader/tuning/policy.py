@@ -43,9 +43,10 @@ tested by feeding it numbers. The search, in order (the rules are ``loader/tunin
 The step the search stands at is a :class:`~seqloader.loader.tuning.trials.Stage`, and the
 trial being measured a :class:`~seqloader.loader.tuning.trials.Measuring`.
 
-A configuration whose predicted memory exceeds the budget is never tried: a worker process is
-predicted at the size measured for one in an earlier trial (before any, at ``worker_bytes``, the
-training process's own size), and each batch in flight at the size of a delivered batch. Nor is
+A configuration whose predicted memory exceeds the budget is never tried
+(:class:`~seqloader.loader.tuning.budget.Budget`): a worker process is predicted at the size
+measured for one in an earlier trial (before any, at ``worker_bytes``, the training process's own
+size), and each batch in flight at the size of a delivered batch. Nor is
 a kind of configuration ruled out by what the user asked for or the pipeline allows
 (``needs_processes``: ``max_worker_restarts``; :meth:`Tuner.no_threads`, :meth:`Tuner.no_processes`):
 each is reported, with its reason, under ``not_tried``, and the choice's reason says it.
@@ -55,22 +56,16 @@ counts, for tests. The configurations, measurements and trials are ``loader/tuni
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Optional
 
-from seqloader.loader.tuning.rules import (KEEPS_UP, PROCESS_THREADS, THREADS_PER_WORKER, StepWatch, executors,
-                                             floor, not_tried_words, pruned, ruled_out, smaller)
-from seqloader.loader.tuning.trials import BatchTiming, Config, Measuring, Policy, Schedule, Stage, Trial, Usage
+from seqloader.loader.tuning.budget import Budget
+from seqloader.loader.tuning.rules import (PROCESS_THREADS, THREADS_PER_WORKER, StepWatch, executors, floor,
+                                             follow_up, keeps_up, not_tried_words, pick, pruned, ruled_out)
+from seqloader.loader.tuning.trials import BatchTiming, Config, Measuring, Policy, Probe, Schedule, Stage, Trial, Usage
 
 __all__ = ["BatchTiming", "Config", "Policy", "Schedule", "Stage", "Trial", "Tuner", "Usage"]
 
 __all__ += ["PROCESS_THREADS", "THREADS_PER_WORKER"]
-_WAITS = 0.20        # the loop waits at least this (and less than _STARVED): a deeper read-ahead is tried
-_STARVED = 0.50      # the loop waits this much: the workers are the limit, a deeper read-ahead cannot help
-_MAIN = 0.7          # num_workers=0 gets a full trial if its first batch came at this share of the best rate
-_SAME_RATE = 0.95    # rates within 5% of the best are equal (then the least CPU per batch wins)
-_LOSING = 0.6        # after half its time, a trial under this share of the best rate ends early
-_MIN_BATCHES = 8     # a trial measures at least this many batches after its first round
 _CONFIRM = 4         # the winner is measured again in place for this many trial lengths ...
 _DISAGREE = 0.85     # ... and under this share of the runner-up's rate, the runner-up is measured again
 
@@ -117,9 +112,8 @@ class Tuner:
                  cores: Optional[int] = None, needs_processes: str = ""):
         if max_workers < 1:
             raise ValueError(f"autotune: max_workers must be >= 1 (got {max_workers})")
-        self.max_workers, self.memory_budget, self.trial_s = max_workers, memory_budget, trial_s
-        self.cores = cores or max_workers
-        self._worker_bytes, self._batch_bytes = worker_bytes, 0
+        self.max_workers, self.trial_s, self.cores = max_workers, trial_s, cores or max_workers
+        self.memory = Budget(memory_budget, worker_bytes)   # what each configuration will hold
         #: the kinds of configuration never tried (``rules.KINDS``), each with its reason
         self.not_tried: dict[str, str] = {}
         if needs_processes:
@@ -128,7 +122,7 @@ class Tuner:
                               "threads inside processes": f"{needs_processes}, and the check that the batches draw "
                               "nothing from the global generators (which threads share) computes a batch in the "
                               "training process"}
-        self._share: Optional[float] = None   # the share of a core the first batch kept busy here
+        self._probe = Probe()   # the first batch, computed here (its share of a core busy: compute or wait)
         self.trials: list[Trial] = []
         self.refused: dict[Config, str] = {}
         self.chosen: Optional[Config] = None
@@ -154,17 +148,12 @@ class Tuner:
         self._queue = list(queue or [])
         self.chosen, self.reason, self._stage = None, "searching", stage
         self._measuring: Optional[Measuring] = None   # the trial being measured
-        self._open_probe: Optional[Trial] = None
         self._confirmed: set = set()
         self.skipped: dict[str, str] = {}
 
     def _begin(self, config: Config, switched: bool) -> None:
         """A trial of ``config`` starts: after a switch its first round is not counted."""
-        self._measuring = Measuring(Trial(config), max(1, config.workers * config.threads) if switched else 1)
-
-    def _predicted(self, c: Config) -> int:
-        procs = c.workers if c.method == "process" else 0
-        return procs * self._worker_bytes + c.in_flight * self._batch_bytes
+        self._measuring = Measuring(Trial(config), config.rounds if switched else 1)
 
     def _next_allowed(self) -> Optional[Config]:
         """The next queued configuration within the budget (refusing the others), or ``None``."""
@@ -172,12 +161,9 @@ class Tuner:
             c = self._queue.pop(0)
             if c in self.refused or any(t.config == c for t in self.trials):
                 continue
-            why = ruled_out(c, self.not_tried)
+            why = ruled_out(c, self.not_tried) or self.memory.over(c)
             if why:
                 self.refused[c] = why
-                continue
-            if self._predicted(c) > self.memory_budget:
-                self.refused[c] = f"predicted {self._predicted(c)} bytes > memory_budget {self.memory_budget}"
                 continue
             return c
         return None
@@ -203,50 +189,33 @@ class Tuner:
                 self.refused[c] = refusal
 
     def observe(self, timing: BatchTiming, usage: Callable[..., Usage]) -> Optional[Config]:
-        if timing.nbytes > self._batch_bytes:
-            self._batch_bytes = timing.nbytes
+        self.memory.saw(timing.nbytes)
         if self._stage is Stage.PROBE:   # the first batch, computed here: a one-batch trial of num_workers=0
             self._stage = Stage.EXECUTORS
-            cpu = timing.wait_s if timing.cpu_s is None else timing.cpu_s
-            probe = Trial(Config("main"), batches=1, wall_s=timing.wait_s, wait_s=timing.wait_s, cpu_s=cpu)
-            if timing.cpu_s is not None and timing.wait_s > 0:
-                self._share = timing.cpu_s / timing.wait_s
-            self.trials.append(probe)
-            self._open_probe = probe
-            self._queue = executors(self.max_workers, self._share)
+            self.trials.append(self._probe.take(timing))
+            self._queue = executors(self.max_workers, self._probe.share)
             return self._next_or_settle(None)
-        if self._open_probe is not None and timing.work_s is not None:   # the loop's work after it
-            self._open_probe.work_s = timing.work_s
-            self._open_probe.wall_s += timing.work_s
-            self._open_probe = None
+        self._probe.after(timing)   # the loop's work after the first batch
         measuring = self._measuring
         if measuring is None:
             return self._watch(timing, usage)
-        if not measuring.count(timing, usage) or not self._ended(measuring.trial):
+        if not measuring.count(timing, usage) or not self._ended(measuring):
             return None
         used = usage()
         trial = measuring.finish(used)
-        if used.worker_bytes:
-            self._worker_bytes = used.worker_bytes
-        if used.loader_bytes > self.memory_budget:
-            self.refused[trial.config] = f"measured {used.loader_bytes} bytes > memory_budget {self.memory_budget}"
+        why = self.memory.measured(used)
+        if why:
+            self.refused[trial.config] = why
         if self._stage is Stage.CONFIRM:
             return self._confirm(trial)
         self.trials.append(trial)
         return self._next_or_settle(trial)
 
-    def _ended(self, trial: Trial) -> bool:
-        """Whether ``trial`` has measured enough: whole rounds of its workers (they deliver in
-        bursts: each computes a whole batch), at least two and 8 batches, over ``trial_s`` (a
-        confirmation: 4x that); or, after half that time, it is clearly losing."""
-        rounds = max(1, trial.config.workers * trial.config.threads)
+    def _ended(self, m: Measuring) -> bool:
+        """Whether the trial measured enough (:meth:`Measuring.ended`) over ``trial_s`` (a
+        confirmation: 4x that), against the best rate of the others."""
         length = self.trial_s * (_CONFIRM if self._stage is Stage.CONFIRM else 1)
-        rivals = [t.rate for t in self._ok() if t.config != trial.config]
-        if trial.wall_s >= 0.5 * length and trial.batches >= rounds and trial.rate < _LOSING * max(rivals, default=0):
-            trial.cut_short = True
-            return True
-        return trial.wall_s >= length and trial.batches >= max(_MIN_BATCHES, 2 * rounds) and \
-            trial.batches % rounds == 0
+        return m.ended(length, max((t.rate for t in self._ok() if t.config != m.trial.config), default=0.0))
 
     def _ok(self) -> list:
         return [t for t in self.trials if t.config not in self.refused]
@@ -280,42 +249,11 @@ class Tuner:
         return config
 
     def _follow_up(self, trial: Trial) -> list:
-        """What the trials so far suggest trying: a smaller configuration while the loop keeps up,
-        then a deeper read-ahead while it waits."""
-        ok = self._ok()
-        if not ok or self._stage in (Stage.CONFIRM, Stage.RECHECK):
-            return []
-        best = max(ok, key=lambda t: t.rate)
-        if self._stage is Stage.EXECUTORS:
-            self._stage = Stage.SMALLER
-            probe = next((t for t in ok if t.config.method == "main" and t.batches == 1), None)
-            if probe is not None and probe.rate >= _MAIN * best.rate:   # this process alone may do
-                self.trials.remove(probe)
-                return [Config("main")]
-            if best.waiting < KEEPS_UP and smaller(best.config) is not None:
-                return [smaller(best.config)]
-        elif self._stage is Stage.SMALLER and trial in ok and trial.waiting < KEEPS_UP \
-                and trial.rate >= _SAME_RATE * best.rate and smaller(trial.config) is not None:
-            return [smaller(trial.config)]
-        if self._stage is not Stage.DEEPER:
-            self._stage = Stage.DEEPER
-            pool = [t for t in ok if t.config.workers]
-            top = max(pool, key=lambda t: t.rate) if pool else None
-            if top is not None and _WAITS <= top.waiting < _STARVED:
-                return [dataclasses.replace(top.config, prefetch=2 * top.config.prefetch)]
-        return []
-
-    def _pick(self) -> tuple:
-        """The best rate; among the rates within 5% of it, the least CPU per batch; the one
-        running if it costs at most 25% more CPU (a switch drops the batches in flight)."""
-        ok = self._ok()
-        top = max(t.rate for t in ok)
-        same = [t for t in ok if t.rate >= _SAME_RATE * top]
-        pick = min(same, key=lambda t: t.cpu_per_batch)
-        stay = next((t for t in same if t.config == self._running), None)
-        if stay is not None and stay.cpu_per_batch <= 1.25 * pick.cpu_per_batch:
-            pick = stay
-        return pick, len(same), top
+        """What the trials so far suggest trying (:func:`~seqloader.loader.tuning.rules.follow_up`)."""
+        self._stage, queue, probe = follow_up(self._stage, trial, self._ok())
+        if probe is not None:   # num_workers=0 gets a full trial instead
+            self.trials.remove(probe)
+        return queue
 
     def _settle(self) -> Optional[Config]:
         self._measuring, self._stage, self._watching = None, Stage.SETTLED, StepWatch()
@@ -323,18 +261,18 @@ class Tuner:
             self.chosen = floor(self.not_tried)
             self.reason = f"{self.chosen.label}: every other configuration exceeds memory_budget"
         else:
-            pick, n_same, top = self._pick()
-            bound = "consumer-bound" if pick.waiting < KEEPS_UP else "input-bound"
-            self.chosen = pick.config
-            self.reason = (f"{pick.config.label}: {pick.rate:.1f} batches/s ({bound}: the loop waits "
-                           f"{pick.waiting:.0%} of its time), {pick.cpu_per_batch * 1e3:.1f} ms CPU per batch, the "
+            won, n_same, top = pick(self._ok(), self._running)
+            bound = "consumer-bound" if keeps_up(won.waiting) else "input-bound"
+            self.chosen = won.config
+            self.reason = (f"{won.config.label}: {won.rate:.1f} batches/s ({bound}: the loop waits "
+                           f"{won.waiting:.0%} of its time), {won.cpu_per_batch * 1e3:.1f} ms CPU per batch, the "
                            f"least of {n_same} within 5% of the best rate ({top:.1f}/s)")
-            if pick.batches > 1 and pick.config not in self._confirmed:
+            if won.batches > 1 and won.config not in self._confirmed:
                 self._stage = Stage.CONFIRM   # measured again in place (after the switch's first round)
-                self._begin(pick.config, switched=pick.config != self._running)
+                self._begin(won.config, switched=won.config != self._running)
             else:
-                self._watching = StepWatch(pick.work_s / max(1, pick.batches), pick.wait_s / max(1, pick.batches),
-                                           memory=bool(pick.config.workers))
+                self._watching = StepWatch(won.work_s / max(1, won.batches), won.wait_s / max(1, won.batches),
+                                           memory=bool(won.config.workers))
         self.reason = "; ".join([self.reason, *not_tried_words(self.not_tried)])
         return self._go(self.chosen)
 
@@ -358,11 +296,11 @@ class Tuner:
         """Settled: search again when the loop's work per batch changed by more than 2x, or the
         memory held exceeds the budget."""
         if self._watching.memory_due(timing.now):
-            held = usage().loader_bytes
-            if held > self.memory_budget and self.chosen is not None:
-                self.refused[self.chosen] = f"measured {held} bytes > memory_budget {self.memory_budget}"
+            why = self.memory.held(usage().loader_bytes)
+            if why and self.chosen is not None:
+                self.refused[self.chosen] = why
                 self.trials = []
-                self._search(executors(self.max_workers, self._share))
+                self._search(executors(self.max_workers, self._probe.share))
                 return self._next_or_settle(None)
         slower = self._watching.changed(timing.work_s)
         return None if slower is None else self._retune(slower)
@@ -376,7 +314,7 @@ class Tuner:
         if slower:
             self._search(stage=Stage.SMALLER)
         else:   # (no probe: the first search's measured the batches' size and CPU share)
-            self._search([c for c in executors(self.max_workers, self._share) if c != current])
+            self._search([c for c in executors(self.max_workers, self._probe.share) if c != current])
         self._begin(current, switched=False)
         return None
 
@@ -387,4 +325,4 @@ class Tuner:
                 "trials": [t.as_dict() for t in self.trials],
                 "refused": {c.label: why for c, why in self.refused.items()}, "skipped": dict(self.skipped),
                 "not_tried": dict(self.not_tried),
-                "memory_budget": self.memory_budget}
+                "memory_budget": self.memory.budget}

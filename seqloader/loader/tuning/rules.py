@@ -1,13 +1,17 @@
-"""L3, pure: the rules of ``autotune``'s search, each a function of the trials' numbers.
+"""L3, pure: the rules of "which configuration fits", each a function of measured numbers.
 
-:class:`~seqloader.loader.tuning.policy.Tuner` runs the search; the rules that decide which
-configurations are worth a trial live here, one function each, so that each is tested by
-feeding it numbers: the first trials from the first batch's CPU share (:func:`executors`), the
-trials a finished one rules out (:func:`pruned`), the next cheaper configuration
-(:func:`smaller`), and when a settled search starts again (:class:`StepWatch`). Beside the
-measurements, what the user asked for or the pipeline allows rules out whole kinds of
-configuration, each with its reason in words (:func:`ruled_out`, :func:`floor`): a tuner never
-trades away a promise.
+One rule set for the two that ask: ``stats()["hint"]`` (:mod:`~seqloader.loader.tuning.hint`,
+from an epoch's numbers) and ``autotune``'s search (:class:`~seqloader.loader.tuning.policy.Tuner`,
+from its trials). Each notion is one named number and one predicate that both call: the loop
+keeps up (:func:`keeps_up`), waits enough to act on (:func:`waits`) or is starved
+(:func:`starved`); the items compute or wait (:func:`computes`); a resource is saturated
+(:func:`saturated`); threads take turns on the GIL (:func:`takes_turns`). The search's own rules
+follow, one function each, so that each is tested by feeding it numbers: the first trials from
+the first batch's CPU share (:func:`executors`), the trials a finished one rules out
+(:func:`pruned`), the next cheaper configuration (:func:`smaller`), and when a settled search
+starts again (:class:`StepWatch`). Beside the measurements, what the user asked for or the
+pipeline allows rules out whole kinds of configuration, each with its reason in words
+(:func:`ruled_out`, :func:`floor`): a tuner never trades away a promise.
 """
 
 from __future__ import annotations
@@ -15,17 +19,27 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from seqloader.loader.tuning.trials import Config, Trial
+from seqloader.loader.tuning.trials import Config, Stage, Trial
 
-__all__ = ["KINDS", "PROCESS_THREADS", "THREADS_PER_WORKER", "StepWatch", "executors", "floor", "kinds", "pruned",
-           "not_tried_words", "ruled_out", "smaller"]
+__all__ = ["KINDS", "PROCESS_THREADS", "THREADS_PER_WORKER", "StepWatch", "computes", "executors", "floor",
+           "follow_up", "keeps_up", "kinds", "not_tried_words", "pick", "pruned", "ruled_out", "saturated", "smaller",
+           "starved", "takes_turns", "waits"]
 
 #: thread workers per allowed worker, and threads inside each worker process, at most
 THREADS_PER_WORKER = 8
 PROCESS_THREADS = 4
-KEEPS_UP = 0.10      # the loop waits less than this fraction of its time: consumer-bound
-CPU_BOUND = 0.3      # under this share of a core busy, the items wait (latency) rather than compute
-SATURATED = 0.9      # threads keeping this share of the cores busy leave no core for processes to add
+# -- what the numbers mean: the hint and the tuner read them through the predicates below
+KEEPS_UP = 0.10      # the loop waits less than this share of its time: the loader keeps up (consumer-bound)
+WAITS = 0.20         # a share of the loop's time worth acting on: waiting for data, starting workers, pinning
+STARVED = 0.50       # the loop waits this much: the workers are the limit, a deeper read-ahead cannot help
+CPU_BOUND = 0.3      # on the CPU under this share of their time, the items wait (latency) rather than compute
+SATURATED = 0.9      # in use at this share of what there is (cores, wall time, a machine's cores): none to add
+GIL_CORE = 0.7       # threads keeping this much of a core busy between them ...
+GIL_THREADS = 1.5    # ... while this many are busy at a time: they take turns on the GIL
+# -- the search's own
+MAIN = 0.7           # num_workers=0 gets a full trial if its first batch came at this share of the best rate
+SAME_RATE = 0.95     # rates within 5% of the best are equal (then the least CPU per batch wins) ...
+STAY = 1.25          # ... or the one running, if it costs at most this much more CPU (a switch drops batches)
 LATENCY = 0.7        # threads within this of processes' rate: threads inside processes are tried
 RETUNE = 2.0         # the loop's work per batch changed by more than this factor: search again
 WINDOW = 32          # the loop's step is the median of its last 32 (a preempted step is no change) ...
@@ -34,6 +48,49 @@ STEP_FLOOR = 1e-3    # steps shorter than 1 ms count as 1 ms (their jitter is no
 MEMORY_EVERY = 5.0   # settled, the memory held is measured every 5 s (a measure costs milliseconds)
 #: the kinds of configuration a promise or a check rules out (``stats()["autotune"]["not_tried"]``)
 KINDS = ("num_workers=0", "thread workers", "processes", "threads inside processes")
+
+
+def keeps_up(waiting: float) -> bool:
+    """The loop waits under 10% of its time (``waiting``): the loader keeps up, nothing is faster.
+
+    Example (each predicate on either side of its number):
+        >>> keeps_up(0.05), keeps_up(0.1), waits(0.2), waits(0.5, whole=10.0), starved(0.3), starved(0.5)
+        (True, False, True, False, False, True)
+        >>> computes(0.9), computes(2.0, busy_s=18.0), saturated(1.9, 2), saturated(3.0, 8)
+        (True, False, True, False)
+        >>> takes_turns(cpu_s=9.5, busy_s=19.0, wall_s=10.0), takes_turns(1.0, 19.0, 10.0)
+        (True, False)
+    """
+    return waiting < KEEPS_UP
+
+
+def waits(part: float, whole: float = 1.0) -> bool:
+    """``part`` of the loop's time ``whole`` (waiting for data, starting workers, pinning) is at
+    least 20% of it: worth acting on (the hint speaks; the tuner tries a deeper read-ahead)."""
+    return part >= WAITS * whole
+
+
+def starved(waiting: float) -> bool:
+    """The loop waits at least half its time: the workers are the limit (a deeper read-ahead cannot help)."""
+    return waiting >= STARVED
+
+
+def computes(cpu_s: float, busy_s: float = 1.0) -> bool:
+    """The items kept a core busy at least 30% of the time they took (``cpu_s`` of ``busy_s``):
+    they compute; under it, they wait (I/O, a remote read's latency), which threads overlap."""
+    return cpu_s >= CPU_BOUND * busy_s
+
+
+def saturated(used: float, capacity: float) -> bool:
+    """``used`` is at least 90% of ``capacity`` (cores busy of the cores, a worker's busy time of
+    the wall time, a machine's load of its cores): nothing is left to add."""
+    return used >= SATURATED * capacity
+
+
+def takes_turns(cpu_s: float, busy_s: float, wall_s: float) -> bool:
+    """Thread workers busy 1.5 at a time or more (``busy_s`` over ``wall_s``), keeping 0.7 of a
+    core or more busy between them (``cpu_s``): Python-heavy items taking turns on the GIL."""
+    return cpu_s >= GIL_CORE * wall_s and busy_s >= GIL_THREADS * wall_s
 
 
 def kinds(c: Config) -> tuple:
@@ -101,7 +158,7 @@ def executors(max_workers: int, share: Optional[float]) -> list:
         ['2 threads, prefetch 2', '2 processes, prefetch 2', '2 processes x 4 threads, prefetch 2']
     """
     w = max_workers
-    first = Config("thread", w) if share is not None and share >= CPU_BOUND else \
+    first = Config("thread", w) if share is not None and computes(share) else \
         Config("thread", THREADS_PER_WORKER * w)
     return [first, Config("process", w), Config("process", w, PROCESS_THREADS)]
 
@@ -133,15 +190,15 @@ def pruned(trial: Trial, queue: list, trials: list, max_workers: int, cores: int
     """
     cores_busy = trial.cpu_s / trial.wall_s if trial.wall_s > 0 else 0.0
     c = trial.config
-    if c.workers and trial.waiting < KEEPS_UP:
+    if c.workers and keeps_up(trial.waiting):
         return [], list(queue), f"the loop kept up with {c.label} (it waited {trial.waiting:.0%}): only cheaper " \
                                 "configurations are tried"
     many = Config("thread", THREADS_PER_WORKER * max_workers)
-    if c == many and cores_busy < CPU_BOUND:
+    if c == many and not computes(cores_busy):
         return [], [q for q in queue if q.method == "process"], \
             f"threads used {cores_busy:.2f} cores (< {CPU_BOUND}): the items wait, they do not compute"
     added = [Config("thread", max_workers)] if c == many and max_workers < many.workers else []
-    if c.method == "thread" and cores_busy >= SATURATED * cores:
+    if c.method == "thread" and saturated(cores_busy, cores):
         return added, [q for q in queue if q.method == "process"], \
             f"threads kept {cores_busy:.2f} of {cores} cores busy: processes add no core"
     if c.method == "process" and c.threads == 1:
@@ -153,6 +210,67 @@ def pruned(trial: Trial, queue: list, trials: list, max_workers: int, cores: int
         if threads >= trial.rate:
             return added, inside, "threads were as fast as processes: the GIL is not what limits them"
     return added, [], ""
+
+
+def follow_up(stage: Stage, trial: Trial, ok: list) -> tuple[Stage, list, Optional[Trial]]:
+    """What the trials so far (``ok``: those not refused) suggest once the queue of ``stage`` is
+    empty after ``trial``: ``(the next stage, configurations to try, the probe whose full trial
+    replaces it)``. After the executors, ``num_workers=0`` gets a full trial if its probe came at
+    0.7 of the best rate, else a smaller configuration is tried while the loop keeps up (and
+    while the smaller one stays within 5% of the best rate); then a deeper read-ahead while the
+    loop waits 20-50% of its time with the best (waiting more, the workers are the limit).
+
+    Example:
+        >>> probe = Trial(Config("main"), batches=1, wall_s=0.1, wait_s=0.1)
+        >>> fed = Trial(Config("thread", 4), batches=100, wall_s=1.0, wait_s=0.05, work_s=0.95)
+        >>> stage, queue, drop = follow_up(Stage.EXECUTORS, fed, [probe, fed])
+        >>> stage, [c.label for c in queue], drop
+        (<Stage.SMALLER: 'smaller'>, ['2 threads, prefetch 2'], None)
+        >>> waiting = Trial(Config("process", 2), batches=100, wall_s=1.0, wait_s=0.3, work_s=0.7)
+        >>> stage, queue, _ = follow_up(Stage.SMALLER, waiting, [waiting])
+        >>> stage, [c.label for c in queue]
+        (<Stage.DEEPER: 'deeper'>, ['2 processes, prefetch 4'])
+    """
+    if not ok or stage in (Stage.CONFIRM, Stage.RECHECK):
+        return stage, [], None
+    best = max(ok, key=lambda t: t.rate)
+    if stage is Stage.EXECUTORS:
+        stage = Stage.SMALLER
+        probe = next((t for t in ok if t.config.method == "main" and t.batches == 1), None)
+        if probe is not None and probe.rate >= MAIN * best.rate:   # this process alone may do
+            return stage, [Config("main")], probe
+        if keeps_up(best.waiting) and smaller(best.config) is not None:
+            return stage, [smaller(best.config)], None
+    elif stage is Stage.SMALLER and trial in ok and keeps_up(trial.waiting) \
+            and trial.rate >= SAME_RATE * best.rate and smaller(trial.config) is not None:
+        return stage, [smaller(trial.config)], None
+    if stage is not Stage.DEEPER:
+        stage = Stage.DEEPER
+        pool = [t for t in ok if t.config.workers]
+        top = max(pool, key=lambda t: t.rate) if pool else None
+        if top is not None and waits(top.waiting) and not starved(top.waiting):
+            return stage, [dataclasses.replace(top.config, prefetch=2 * top.config.prefetch)], None
+    return stage, [], None
+
+
+def pick(trials: list, running: Config) -> tuple[Trial, int, float]:
+    """The trial to choose among ``trials``: the best rate; among the rates within 5% of it, the
+    least CPU per batch; the one ``running`` if it costs at most 25% more CPU (a switch drops the
+    batches in flight). Returns ``(pick, how many were within 5%, the best rate)``.
+
+    Example:
+        >>> fast = Trial(Config("process", 2), batches=100, wall_s=1.0, cpu_s=2.0)
+        >>> cheap = Trial(Config("thread", 2), batches=96, wall_s=1.0, cpu_s=1.0)
+        >>> pick([fast, cheap], running=Config("main"))[0].config.label, pick([fast, cheap], Config("main"))[1:]
+        ('2 threads, prefetch 2', (2, 100.0))
+    """
+    top = max(t.rate for t in trials)
+    same = [t for t in trials if t.rate >= SAME_RATE * top]
+    best = min(same, key=lambda t: t.cpu_per_batch)
+    stay = next((t for t in same if t.config == running), None)
+    if stay is not None and stay.cpu_per_batch <= STAY * best.cpu_per_batch:
+        best = stay
+    return best, len(same), top
 
 
 def smaller(c: Config) -> Optional[Config]:

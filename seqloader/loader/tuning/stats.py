@@ -1,13 +1,15 @@
 """L3: where a loader's time goes: is the training loop waiting for data, and on which stage?
 
 An iterator brackets each ``next()`` with :meth:`LoaderStats.start` and :meth:`LoaderStats.returned`
-(two ``perf_counter`` calls). The
-time spent inside ``next()`` is *waiting* (the loop is input-bound); the time from one ``next()``
-returning to the following call is the loop's own *work*. Their ratio is the input-bound fraction
-of the epoch's wall time. The time ``iter()`` took (starting workers, opening the epoch) is its own
-line, ``startup_s``. Worker-side numbers (busy time, items computed, read-ahead used, bytes
-through shared memory, dead workers replaced) come from the prefetcher when workers are used. Always on: the cost is a
-few hundred nanoseconds per batch.
+(two ``perf_counter`` calls: the loader's one clock). The time spent inside ``next()`` is
+*waiting* (the loop is input-bound); the time from one ``next()`` returning to the following call
+is the loop's own *work*. Their ratio is the input-bound fraction of the epoch's wall time. The
+latest batch's numbers stay readable (:class:`BatchClock`): ``autotune`` reads them instead of
+timing the same ``next()`` again. The time ``iter()`` took (starting workers, opening the epoch)
+is its own line, ``startup_s``. Worker-side numbers (busy time, items computed, read-ahead used,
+bytes through shared memory, dead workers replaced) come from the prefetcher when workers are
+used. Always on: the cost is a few hundred nanoseconds per batch. The hint's thresholds are
+autotune's (:mod:`~seqloader.loader.tuning.rules`: one number for each notion).
 
 **Which stage** (``DataLoader(profile_stages=True)``): :class:`StageAccount`, the per-stage account
 of an epoch (it was ``stage_stats.py``; one concept with the rest: where the time goes). The stages
@@ -28,15 +30,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import math
 import time
 import weakref
 from typing import Any, Callable, Optional
 
-from seqloader.loader.tuning.hint import executor_hint, machine_busy
+from seqloader.loader.tuning.hint import executor_hint, load_hint, machine_busy, startup_hint, waiting
+from seqloader.loader.tuning.rules import waits
 from seqloader.sequences import stage_times
 
-__all__ = ["OTHER", "PIN", "EpochStats", "LoaderStats", "StageAccount"]
+__all__ = ["OTHER", "PIN", "BatchClock", "EpochStats", "LoaderStats", "StageAccount"]
 
 _log = logging.getLogger("seqloader.stats")
 
@@ -102,7 +104,7 @@ class StageAccount:
 
     def hint(self, workers: list, wall_s: float, returned: int) -> Optional[str]:
         """The slowest stage computing batches (``other`` aside), and pinning when it takes >= 20% of
-        the loop's wall time; ``None`` when nothing was timed."""
+        the loop's wall time (:func:`~seqloader.loader.tuning.rules.waits`); ``None`` when nothing was timed."""
         table = self.table(workers, wall_s, returned)
         parts = []
         slowest = [(n, r) for n, r in table.items() if n not in (OTHER, PIN)]
@@ -111,7 +113,7 @@ class StageAccount:
             where = "worker time" if workers else "the time spent computing batches"
             parts.append(f"slowest stage: {name} takes {row['share']:.0%} of {where} "
                          f"({row['per_batch_s'] * 1e3:.1f} ms per batch)")
-        if PIN in table and table[PIN]["share"] >= 0.2:
+        if PIN in table and waits(table[PIN]["share"]):
             parts.append(f"pinning takes {table[PIN]['share']:.0%} of the loop's wall time")
         return "; ".join(parts) or None
 
@@ -173,52 +175,22 @@ class EpochStats:
         * Worker start-up in ``iter()`` >= 20% of the epoch (not with ``persistent``).
         * Which executor fits, from the workers' CPU time against their busy time and the machine's
           load, never threads for a ``dataset`` holding open files (see :meth:`_executor_hint`).
+
+        The first three are :mod:`~seqloader.loader.tuning.hint`'s.
         * With a per-stage account, the slowest stage.
         """
-        parts = (self._load_hint(num_workers, cores), self._startup_hint(num_workers, persistent),
+        parts = (load_hint(self, num_workers, cores), startup_hint(self, num_workers, persistent),
                  self._executor_hint(num_workers, dataset), self.account.hint(self.workers, self.wait_s + self.work_s,
                                                                        self.batches))
         return "; ".join(p for p in parts if p) or None
 
-    def _load_hint(self, num_workers: int, cores: Optional[int]) -> Optional[str]:
-        total = self.wait_s + self.work_s
-        if self.batches < 10 or total <= 0 or self.input_bound < 0.2:
-            return None
-        if num_workers == 0:
-            if cores is not None and cores < 2:
-                return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data with "
-                        "num_workers=0 and one core: make the items cheaper")
-            want = max(1, math.ceil(self.wait_s / self.work_s)) if self.work_s > 0 else 8
-            want = min(want, cores if cores is not None else 8)
-            return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data with "
-                    f"num_workers=0; try num_workers={want}")
-        if not self.workers:
-            return None
-        busy = min(w["busy_s"] for w in self.workers) / total
-        if busy < 0.9:
-            return None
-        want = int(num_workers / max(1e-9, 1 - self.input_bound) + 0.999)
-        if cores is not None and num_workers >= cores:
-            return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data and all "
-                    f"{num_workers} workers busy, with no idle core left: make the items cheaper")
-        want = want if cores is None else min(want, cores)
-        return (f"input-bound: {self.input_bound:.0%} of wall time waiting for data and all "
-                f"{num_workers} workers busy; try num_workers={want}")
-
     def _executor_hint(self, num_workers: int, dataset: Any = None) -> Optional[str]:
-        """Threads or processes (10 batches or more, the loop waiting >= 20% of the time), measured
-        before advised: :func:`~seqloader.loader.tuning.hint.executor_hint`."""
-        wall = self.wait_s + self.work_s
-        if self.batches < 10 or wall <= 0 or self.input_bound < 0.2 or num_workers == 0 or not self.workers:
+        """Threads or processes (the loop waiting: :func:`~seqloader.loader.tuning.hint.waiting`),
+        measured before advised: :func:`~seqloader.loader.tuning.hint.executor_hint`."""
+        if num_workers == 0 or not self.workers or not waiting(self):
             return None
-        return executor_hint(self.executor, num_workers, self.workers, wall, dataset, machine_busy())
-
-    def _startup_hint(self, num_workers: int, persistent: bool) -> Optional[str]:
-        wall = self.startup_s + self.wait_s + self.work_s
-        if num_workers == 0 or persistent or self.batches == 0 or self.startup_s < 0.2 * wall:
-            return None
-        return (f"start-up: iter() took {self.startup_s:.2f} s of the epoch's {wall:.2f} s starting "
-                "workers; persistent_workers=True starts them once")
+        return executor_hint(self.executor, num_workers, self.workers, self.wait_s + self.work_s, dataset,
+                             machine_busy())
 
     def as_dict(self) -> dict[str, Any]:
         """JSON types, with the derived ``input_bound`` and ``batches_per_s``, and ``stages`` (the
@@ -228,15 +200,39 @@ class EpochStats:
         return {**out, "input_bound": self.input_bound, "batches_per_s": self.batches_per_s}
 
 
+class BatchClock:
+    """The loader's one clock: the latest ``next()``, as :meth:`LoaderStats.start` and
+    :meth:`LoaderStats.returned` timed it (``autotune`` reads it, never times the batch again).
+
+    Attributes:
+        returned_at: when the latest ``next()`` returned (``perf_counter``), ``None`` before the
+            first of an iterator and after ``StopIteration``.
+        wait_s: the seconds the latest ``next()`` took: the loop's wait for that batch.
+        work_s: the loop's work before it (from the previous ``next()`` returning), ``None`` for
+            the first batch of an iterator.
+    """
+
+    __slots__ = ("returned_at", "wait_s", "work_s")
+
+    def __init__(self) -> None:
+        self.returned_at: Optional[float] = None
+        self.wait_s = 0.0
+        self.work_s: Optional[float] = None
+
+
 class LoaderStats:
-    """The current and last epoch's :class:`EpochStats`, plus resumes and seeks.
+    """The current and last epoch's :class:`EpochStats`, plus resumes and seeks; ``clock``, the
+    latest batch (:class:`BatchClock`).
 
     Example:
         >>> s = LoaderStats()
         >>> s.begin(epoch=0)
         >>> t = s.start(); s.returned(t)     # one next() that returned a batch
-        >>> s.current.batches, 0.0 <= s.current.input_bound <= 1.0
-        (1, True)
+        >>> s.current.batches, 0.0 <= s.current.input_bound <= 1.0, s.clock.work_s   # the first: no work before it
+        (1, True, None)
+        >>> t = s.start(); s.returned(t)
+        >>> c = s.clock; c.wait_s >= 0.0 and c.work_s >= 0.0 and c.returned_at >= t
+        True
     """
 
     def __init__(self) -> None:
@@ -244,7 +240,7 @@ class LoaderStats:
         self.last: Optional[EpochStats] = None
         self.resumes = 0         # load_state_dict calls that an iterator then resumed
         self.log_every_s: Optional[float] = None
-        self._returned: Optional[float] = None   # when the latest next() returned
+        self.clock = BatchClock()                # the latest next()
         self._source: Any = None                 # a weak reference to the epoch's Prefetch (never
         self._base: Optional[dict] = None        # keep an iterator's workers alive), its counters
         self._logged = time.perf_counter()
@@ -261,7 +257,7 @@ class LoaderStats:
             self.last = self.current
         self.current = EpochStats(epoch)
         self.resumes += int(resumed)
-        self._returned = None
+        self.clock.returned_at = None
         self._source = self._base = None
         self.profile = profile
         self._times = stage_times.StageTimes() if profile else None
@@ -351,8 +347,11 @@ class LoaderStats:
     def start(self) -> float:
         """A ``next()`` begins: the time since the previous one returned was the loop's work."""
         now = time.perf_counter()
-        if self._returned is not None and self.current is not None:
-            self.current.work_s += now - self._returned
+        clock = self.clock
+        returned, clock.work_s = clock.returned_at, None
+        if returned is not None and self.current is not None:
+            clock.work_s = now - returned
+            self.current.work_s += clock.work_s
         return now
 
     def returned(self, start: float) -> None:
@@ -362,13 +361,15 @@ class LoaderStats:
 
     def stopped(self) -> None:
         """The ``next()`` raised ``StopIteration``: the epoch is over."""
-        self._returned = None
+        self.clock.returned_at = None
 
     def _count(self, cur: EpochStats, start: float) -> None:
         end = time.perf_counter()
-        cur.wait_s += end - start
+        clock = self.clock
+        clock.wait_s = end - start
+        cur.wait_s += clock.wait_s
         cur.batches += 1
-        self._returned = end
+        clock.returned_at = end
         if self.log_every_s is not None and end - self._logged >= self.log_every_s:
             self._logged = end
             _log.info("seqloader: epoch %d, %d batches, %.1f batches/s, input-bound %.0f%%",

@@ -2,7 +2,8 @@
 
 A :class:`Config` is one way to compute an epoch's batches; a :class:`BatchTiming` is what the
 loader measures per delivered batch and a :class:`Usage` what it measures at a trial's ends; a
-:class:`Trial` is one configuration's numbers, and :class:`Measuring` the one being measured. A
+:class:`Trial` is one configuration's numbers, :class:`Measuring` the one being measured (and
+when it has measured enough), and :class:`Probe` the first batch's, computed in this process. A
 policy (:class:`Policy`) turns them into the next configuration: the measuring
 :class:`~seqloader.loader.tuning.policy.Tuner` (whose search stands at a :class:`Stage`), or
 :class:`Schedule`, which switches at fixed batch counts (for tests).
@@ -14,7 +15,10 @@ import dataclasses
 import enum
 from typing import Any, Callable, Optional, Protocol
 
-__all__ = ["BatchTiming", "Config", "Measuring", "Policy", "Schedule", "Stage", "Trial", "Usage"]
+__all__ = ["BatchTiming", "Config", "Measuring", "Policy", "Probe", "Schedule", "Stage", "Trial", "Usage"]
+
+LOSING = 0.6         # after half its time, a trial under this share of the best rate ends early
+MIN_BATCHES = 8      # a trial measures at least this many batches after its first round
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +55,11 @@ class Config:
         kind = "threads" if self.method == "thread" else "processes"
         inside = f" x {self.threads} threads" if self.threads > 1 else ""
         return f"{self.workers} {kind}{inside}, prefetch {self.prefetch}"
+
+    @property
+    def rounds(self) -> int:
+        """Batches its workers compute at once (each a whole batch): they are delivered in bursts."""
+        return max(1, self.workers * self.threads)
 
     @property
     def in_flight(self) -> int:
@@ -151,6 +160,8 @@ class Measuring:
         [False, False, True, True]
         >>> m.trial.batches, m.trial.wall_s, m.finish(Usage(cpu_s=6.5, loader_bytes=7)).cpu_s
         (2, 0.75, 1.5)
+        >>> m.ended(length=0.5, best=0.0), m.ended(length=1.0, best=10.0), m.trial.cut_short   # 2 < 8 batches; losing
+        (False, True, True)
     """
 
     trial: Trial
@@ -172,12 +183,57 @@ class Measuring:
         t.wall_s = timing.now - self.start[0]
         return True
 
+    def ended(self, length: float, best: float) -> bool:
+        """Whether the trial has measured enough: whole rounds (:attr:`Config.rounds`), at least two
+        and 8 batches, over ``length`` seconds; or, after half that time, it is clearly losing
+        (under 0.6 of ``best``, the best rate of the other trials: then it is ``cut_short``)."""
+        t = self.trial
+        rounds = t.config.rounds
+        if t.wall_s >= 0.5 * length and t.batches >= rounds and t.rate < LOSING * best:
+            t.cut_short = True
+            return True
+        return t.wall_s >= length and t.batches >= max(MIN_BATCHES, 2 * rounds) and t.batches % rounds == 0
+
     def finish(self, used: Usage) -> Trial:
         """The trial's numbers, with ``used`` measured at its end."""
         assert self.start is not None, "a trial finishes after its clock started"
         self.trial.cpu_s = used.cpu_s - self.start[1]
         self.trial.memory_bytes = used.loader_bytes
         return self.trial
+
+
+class Probe:
+    """The first batch, computed in this process: a one-batch trial of ``num_workers=0``
+    (:meth:`take`), completed by the loop's work after it (:meth:`after`), and the share of a core
+    it kept busy (``share``: whether the items compute or wait; ``None`` if not measured).
+
+    Example:
+        >>> p = Probe()
+        >>> t = p.take(BatchTiming(now=1.0, wait_s=0.2, work_s=None, cpu_s=0.1))
+        >>> p.after(BatchTiming(1.5, 0.1, work_s=0.3)); p.after(BatchTiming(2.0, 0.1, work_s=0.4))
+        >>> p.share, t.wall_s, t.work_s
+        (0.5, 0.5, 0.3)
+    """
+
+    def __init__(self) -> None:
+        self.share: Optional[float] = None
+        self._open: Optional[Trial] = None   # the trial, until the loop's work after it is known
+
+    def take(self, timing: BatchTiming) -> Trial:
+        """The first batch's trial (its CPU is its wait where the CPU was not measured)."""
+        cpu = timing.wait_s if timing.cpu_s is None else timing.cpu_s
+        self._open = Trial(Config("main"), batches=1, wall_s=timing.wait_s, wait_s=timing.wait_s, cpu_s=cpu)
+        if timing.cpu_s is not None and timing.wait_s > 0:
+            self.share = timing.cpu_s / timing.wait_s
+        return self._open
+
+    def after(self, timing: BatchTiming) -> None:
+        """A later batch: the first loop's work known (not after an iterator's first batch) completes the trial."""
+        trial = self._open
+        if trial is not None and timing.work_s is not None:
+            trial.work_s = timing.work_s
+            trial.wall_s += timing.work_s
+            self._open = None
 
 
 class Policy(Protocol):

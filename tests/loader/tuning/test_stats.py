@@ -123,3 +123,66 @@ def test_workers_report_items_busy_time_read_ahead_and_bytes(iterable):
     assert all(w["busy_s"] >= 0 for w in s["workers"]) and s["shm_bytes"] > 0 and s["ready_mean"] >= 0
     list(loader)
     assert loader.stats()["last"]["workers"] and loader.stats()["current"]["epoch"] == 1
+
+
+class Recording:
+    """A policy that switches on a schedule and keeps every timing it is shown."""
+
+    def __init__(self, configs, every):
+        from seqloader.loader.tuning.policy import Schedule
+
+        self.schedule, self.seen = Schedule(configs, every=every), []
+
+    def first(self):
+        return self.schedule.first()
+
+    def observe(self, timing, usage):
+        self.seen.append(timing)
+        return self.schedule.observe(timing, usage)
+
+    def report(self):
+        return self.schedule.report()
+
+
+def test_autotune_reads_the_one_clock_of_stats(clock):
+    """Issue 42: the wait and work autotune is shown per batch are the ones ``stats()`` adds up
+    (one clock), switches included in the wait."""
+    from seqloader.loader.tuning.policy import Config
+
+    policy = Recording([Config("main"), Config("thread", 2), Config("main")], every=3)
+    loader = DataLoader(Slow(clock, cost=0.03, n=40), batch_size=2, seed=0, autotune=policy)
+    consume(loader, clock, work=0.02)
+    s = loader.stats()["current"]
+    seen = policy.seen
+    assert len(seen) == s["batches"] - 1 == 19 and policy.schedule.switches == 6   # (not the batch that raised)
+    assert seen[0].work_s is None and all(t.work_s is not None for t in seen[1:])
+    assert [t.now for t in seen] == sorted(t.now for t in seen)
+    # the batch that raised (batch 2, item 5) is in the stats only; every gap of work is in both
+    assert sum(t.wait_s for t in seen) == pytest.approx(s["wait_s"] - 0.06)
+    assert sum(t.work_s for t in seen[1:]) + 0.02 * 2 == pytest.approx(s["work_s"])
+
+
+def test_one_clock_read_twice_a_batch(monkeypatch):
+    """Settled autotune reads the clock no more than a fixed loader does: twice per ``next()``."""
+    from seqloader.loader.tuning.policy import Config
+
+    calls = {"n": 0}
+    real = stats_mod.time.perf_counter
+
+    def counting():
+        calls["n"] += 1
+        return real()
+
+    def reads(**kw):
+        loader = DataLoader(list(range(40)), batch_size=2, seed=0, **kw)
+        it = iter(loader)
+        next(it)
+        monkeypatch.setattr(stats_mod.time, "perf_counter", counting)
+        calls["n"] = 0
+        for _ in range(10):
+            next(it)
+        monkeypatch.setattr(stats_mod.time, "perf_counter", real)
+        return calls["n"]
+
+    never = Recording([Config("main")], every=10**9)
+    assert reads(autotune=never) == reads() == 20
