@@ -87,12 +87,12 @@ def test_thread_init_fn_is_a_field_of_the_process_options_and_torch_spelling_fol
 
 
 @pytest.mark.parametrize("method, why", [
-    ("thread", r"\(got <built-in function print> with method='thread'\); worker_init_fn runs in each thread already"),
+    ("thread", r"\(got <function mark_thread at 0x[0-9a-f]+> with method='thread'\); worker_init_fn runs in each thread already"),
     ("ray", r"\(got it with method='ray'\); each actor computes one item at a time: use worker_init_fn"),
 ])
 def test_thread_init_fn_is_refused_by_the_other_executors_before_anything_starts(method, why):
     with pytest.raises(ValueError, match=f"^prefetch: thread_init_fn applies to worker processes only {why}$"):
-        sl.prefetch(range(3), 2, method=method, thread_init_fn=print)
+        sl.prefetch(range(3), 2, method=method, thread_init_fn=mark_thread)   # (not print: Ray replaces it)
 
 
 @pytest.mark.mp
