@@ -103,18 +103,21 @@ def digest(x: torch.Tensor, y: torch.Tensor) -> str:
 
 
 class Progress:
-    """A progress bar: tqdm when it is installed, else one plain line per 10% (or ``\\r`` on a tty)."""
+    """A progress bar: tqdm (on stderr) when it is installed and stderr is a terminal, else one
+    plain line per 10% (or ``\\r`` on a tty): a redirected log gets no bar frames."""
 
     def __init__(self, total: int, desc: str, initial: int = 0):
         self.total, self.desc, self.n = total, desc, initial
         self.start = time.perf_counter()
         self._last_decile = -1
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            self._bar = None
-        else:
-            self._bar = tqdm(total=total, initial=initial, desc=desc, unit="batch", file=sys.stdout)
+        self._bar = None
+        if sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                pass
+            else:
+                self._bar = tqdm(total=total, initial=initial, desc=desc, unit="batch", file=sys.stderr)
 
     def update(self, postfix: str = "") -> None:
         self.n += 1

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from seqloader.demo import parse_args
+from seqloader.demo import Progress, parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,6 +29,7 @@ def test_demo_resumes_exactly_after_a_crash():
     assert proc.returncode == 0, out
     assert "PASS" in proc.stdout and "FAIL" not in proc.stdout, out
     assert "bit-identical batches: 20/20" in proc.stdout, out
+    assert "\r" not in out, out  # a redirected log: no progress-bar frames (tqdm is installed here)
 
 
 def test_demo_rejects_a_crash_point_past_the_epoch(capsys):
@@ -45,3 +46,15 @@ def test_demo_help_lists_the_options(capsys):
     out = capsys.readouterr().out
     for option in ("--size", "--batch-size", "--workers", "--seed", "--steps-before-crash"):
         assert option in out
+
+
+def test_progress_writes_plain_lines_when_not_on_a_terminal(capsys):
+    pytest.importorskip("tqdm")  # with tqdm installed, its bar would write frames into the log
+    bar = Progress(20, "epoch")
+    for _ in range(20):
+        bar.update("loss 0.1")
+    bar.close()
+    captured = capsys.readouterr()
+    assert "\r" not in captured.out + captured.err
+    lines = captured.out.splitlines()
+    assert len(lines) <= 11 and lines[-1].endswith("20/20 batches loss 0.1"), lines

@@ -61,6 +61,26 @@ SUBSETS: dict[str, tuple[str, ...]] = {
         "{package}/loader/torch_compat",
         "{package}/loader/rngs/snapshots.py",
     ),
+    # ``--subset interpreters``: what another CPython changes first (issue 44: forked workers after
+    # Ray on 3.13, the raw RNG copies, the private C functions, exceptions and pickling): the
+    # versions subset and every executor's contract and prefetcher promises, Ray's included, in one
+    # session (a Ray epoch before process workers is the case 3.13 broke). CI runs it on 3.13.
+    "interpreters": (
+        "tests/test_packaging.py",
+        "tests/test_rng.py",
+        "tests/loader/rngs",
+        "tests/loader/test_torch_compat.py",
+        "tests/loader/test_parity.py",
+        "tests/loader/test_dropin.py",
+        "tests/loader/test_resume.py",
+        "tests/loader/workers",
+        "tests/loader/state/test_old_states.py",
+        "tests/contract",
+        "tests/prefetcher",
+        "tests/sources/test_table.py",
+        "{package}/loader/torch_compat",
+        "{package}/loader/rngs",
+    ),
     # ``--subset plain_routes``: the tests of the three process-wide mechanisms and of what rests
     # on them (num_workers=0 snapshots, thread workers, the worker-info patch, every executor's
     # contract but Ray's, whose actors none of the three touch), run by CI with

@@ -23,6 +23,11 @@ NOTE [ Ray executor: jobs, deaths and the shutdown protocol ]
    object referred to by id, so a new epoch's sequence is a few bytes per actor. An actor is
    created with ``max_restarts=0`` and ``max_task_retries=0``: Ray never re-runs a job on its own
    (a retry could compute a batch twice or out of order); the lineage of a batch is its position.
+   Jobs for an actor are sent once its set-up has *answered* (:meth:`RayExecutor.submit` holds
+   them until then, e.g. what a replacement owes): an actor runs its calls one after the other,
+   and Ray sends a call's reply from another thread, so a job that ends the process right after
+   the set-up returned could lose the set-up's reply with it, and the death would be blamed on the
+   set-up ("while starting") instead of on the job, more often the busier the host.
 3. Every wait is bounded: :meth:`RayExecutor.poll` is one ``ray.wait`` over the pending replies,
    set-ups, control calls and one ``watch`` call per actor (a call that never returns: it fails
    when the actor or its node dies), for at most its timeout. A reply is
@@ -62,11 +67,12 @@ CLOSE_TIMEOUT = 10.0
 class _Actor:
     """One incarnation of a worker: its actor handle and the replies it owes."""
 
-    __slots__ = ("handle", "setup", "watch", "jobs", "controls", "started", "dead", "how", "where")
+    __slots__ = ("handle", "setup", "watch", "jobs", "held", "controls", "started", "dead", "how", "where")
 
     def __init__(self, handle: Any, setup: Any, watch: Any):
         self.handle, self.setup, self.watch = handle, setup, watch
         self.jobs: dict[Any, tuple[int, int]] = {}  # reply ref -> (gen, index)
+        self.held: list[tuple[int, int]] = []  # (gen, index) submitted before the set-up answered
         self.controls: dict[Any, str] = {}  # ref -> "reset" (must succeed) or "hint"
         self.started = self.dead = False
         self.how = "ended unexpectedly"
@@ -159,6 +165,9 @@ class RayExecutor:
         if a is None or a.dead:
             return  # owed; the death is (or was) reported by poll
         self._latest = max(self._latest, gen)
+        if not a.started:  # sent when its set-up answers (the NOTE above, 2)
+            a.held.append((gen, index))
+            return
         a.jobs[a.handle.compute.remote(gen, index)] = (gen, index)
 
     def new_generation(self, gen: int) -> None:
@@ -238,6 +247,9 @@ class RayExecutor:
             self._started += 1
             self._nodes.add(reply[2])
             events.append(Started(w))
+            held, a.held = a.held, []
+            for gen, index in held:
+                self.submit(w, gen, index)
         elif ref in a.controls:
             stage = a.controls.pop(ref)
             if stage == "reset" and reply[0] == FAILED:
@@ -260,6 +272,7 @@ class RayExecutor:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         a.how = f"was lost ({type(exc).__name__}: {first[:300]})"
         a.jobs.clear()
+        a.held.clear()
         a.controls.clear()
         self._kill(a)
         events.append(Died(w))

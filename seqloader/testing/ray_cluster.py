@@ -9,6 +9,16 @@ switch of its one-machine mode on macOS and Windows), which this class sets for 
 the processes it starts, until :meth:`LocalRayCluster.shutdown` (which also restores
 ``PYTHONPATH``). Only the data nodes have the resource :data:`DATA`, so
 ``RayWorkers(resources={"data": 1})`` keeps actors off the head (where the driver runs).
+
+**Forking after a cluster (Python 3.13+).** ``Cluster`` registers an ``atexit`` hook per node it
+starts, and that hook is what keeps the node's Python object (and its GCS client, a gRPC channel)
+alive once the node is removed or shut down. Python 3.13's ``multiprocessing`` clears the
+inherited ``atexit`` hooks in a forked child before it runs anything (``atexit._clear()`` in
+``popen_fork``), so the child freed the node's GCS client: its C++ destructor shuts down a gRPC
+completion queue whose poller threads were never forked, and every forked worker (seqloader's and
+torch's) died at start with SIGSEGV. Every node this class starts is therefore also referenced
+from :data:`_NODES` for the life of the process (as the hooks keep them anyway): a child has
+nothing to free.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ DATA = "data"
 FAST_HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
                       "health_check_timeout_ms": 1000, "health_check_failure_threshold": 3}
 _LOOPBACK = "127.0.0.1"
+#: Every node any LocalRayCluster started, kept for the process's life (see the module docstring).
+_NODES: list = []
 _SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
@@ -74,6 +86,7 @@ class LocalRayCluster:
         self.cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 1, "node_ip_address": _LOOPBACK, "include_dashboard": False,
             "_system_config": FAST_HEALTH_CHECKS if health_checks is None else health_checks})
+        _NODES.append(self.cluster.head_node)
         self.data_nodes: list[Any] = []
         try:
             for _ in range(data_nodes):
@@ -91,6 +104,7 @@ class LocalRayCluster:
     def add_node(self) -> Any:
         """Start one more data node (a host that joins) and wait until Ray lists it; returns it."""
         node = self.cluster.add_node(num_cpus=self.cpus, resources={DATA: self.cpus}, node_ip_address=_LOOPBACK)
+        _NODES.append(node)
         self.cluster.wait_for_nodes()
         self.data_nodes.append(node)
         self.processes()

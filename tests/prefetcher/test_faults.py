@@ -17,6 +17,7 @@ import gc
 import multiprocessing
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -219,16 +220,44 @@ def test_keyboard_interrupt_in_the_reader_then_gc_leaves_nothing(tmp_path, sigin
     gc.collect()
 
 
+def test_the_reader_holds_sigint_around_each_message_with_the_public_signal_function(monkeypatch):
+    """Each message is written and read with SIGINT held by ``signal.pthread_sigmask`` (the public
+    function, no longer the private C one under it) and the caller's mask restored after."""
+    real, calls = signal.pthread_sigmask, []
+
+    def spy(how, mask):
+        held = real(how, mask)
+        calls.append((how, set(mask), sigint_held()))
+        return held
+
+    def sigint_held():
+        return signal.SIGINT in real(signal.SIG_BLOCK, ())
+
+    before = sigint_held()
+    monkeypatch.setattr(signal, "pthread_sigmask", spy)
+    with prefetch(range(4), num_workers=1) as p:
+        assert list(p) == [0, 1, 2, 3]
+    monkeypatch.undo()
+    blocks = [c for c in calls if c[0] == signal.SIG_BLOCK and c[1] == {signal.SIGINT}]
+    assert blocks and all(held for _, _, held in blocks)
+    assert sigint_held() == before
+
+
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_an_unpicklable_worker_init_fn_raises_pickles_error_with_a_note(method):
-    """torch raises pickle's own error (here ``AttributeError: Can't pickle local object``); so
-    does seqloader, with a note."""
+    """torch warns ("Got pickle error ...") and raises pickle's own error (here ``AttributeError:
+    Can't pickle local object``, on 3.13 ``Can't get local object``); so does seqloader, with
+    torch's words and a note."""
     fn = lambda w: None  # noqa: E731
-    with pytest.raises((pickle.PicklingError, AttributeError)) as by_torch:
+    with pytest.raises((pickle.PicklingError, AttributeError)) as by_torch, \
+            pytest.warns(UserWarning, match="Got pickle error") as torch_warned:
         list(torch.utils.data.DataLoader(range(3), num_workers=1, multiprocessing_context=method, worker_init_fn=fn))
     p = prefetch(range(3), 1, multiprocessing_context=method, worker_init_fn=fn)
-    with pytest.raises(type(by_torch.value), match="Can't pickle") as info:
+    with pytest.raises(type(by_torch.value), match=re.escape(str(by_torch.value))) as info, \
+            pytest.warns(UserWarning, match="Got pickle error") as warned:
         p[0]
+    theirs = {str(w.message) for w in torch_warned if "pickle error" in str(w.message)}
+    assert {str(w.message) for w in warned if "pickle error" in str(w.message)} == theirs
     assert any(f"cannot start worker 0 with the '{method}' start method" in n for n in info.value.__notes__)
     assert p.closed
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
+import time
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import torch
 
 import seqloader as sl
 from seqloader import prefetch
+from seqloader.prefetcher.processes.payload import SlotWriter
 from seqloader.prefetcher.processes.shm import SHM_PREFIX, SlotPool, WorkerSlots, read_and_release, write_payload
 
 
@@ -116,6 +119,51 @@ def test_names_are_unlinked_once_the_worker_has_mapped_them(pool):
     assert _names() == before
     value = np.arange(5)
     np.testing.assert_array_equal(read_and_release(write_payload(value, w, sid), p), value)
+
+
+def test_a_worker_closing_while_a_job_holds_a_view_of_its_slot_is_quiet(pool):
+    """At a worker's exit a runner thread may still be writing its slot through a view: that
+    mapping is left to the process's exit instead of raising ``BufferError``."""
+    p, w = pool
+    sid = _job(pool)
+    view = memoryview(w.ensure(sid, 100))
+    w.close(unlink=False)  # BufferError: cannot close exported pointers exist, before
+    view[:3] = b"abc"  # still mapped
+    view.release()
+
+
+class HoldsItsSlot(SlotWriter):
+    """Item 1 writes into its slot and keeps the view for a while (a job still running when the
+    worker is stopped), after creating ``marker``; the others are plain."""
+
+    def __init__(self, i, marker):
+        self.i, self.marker = i, marker
+
+    def write_into_slot(self, reserve):
+        (region,) = reserve([64])
+        region[:1] = bytes([self.i])
+        if self.i == 1:
+            open(self.marker, "w").close()
+            time.sleep(5)  # the worker is stopped meanwhile and exits while this view is exported
+        return bytes(region[:1])
+
+
+def hold_slot(marker, i):
+    return HoldsItsSlot(i, marker)
+
+
+def test_dropping_a_reader_while_a_thread_of_a_worker_writes_its_slot_prints_nothing(tmp_path, capfd):
+    marker = str(tmp_path / "writing")
+    seq = sl.smap(functools.partial(hold_slot, marker), range(8))
+    p = prefetch(seq, num_workers=1, threads_per_worker=2, prefetch_factor=1)
+    assert p[0] == bytes([0])
+    deadline = time.monotonic() + 60
+    while not os.path.exists(marker):
+        assert time.monotonic() < deadline, "item 1 never started"
+        time.sleep(0.01)
+    p.close()
+    err = capfd.readouterr().err
+    assert "BufferError" not in err and "Traceback" not in err, err
 
 
 def test_a_running_prefetch_keeps_no_names_in_dev_shm():

@@ -28,10 +28,17 @@ from seqloader.prefetcher.processes.payload import read_and_release
 from seqloader.prefetcher.processes.shm import SlotPool
 from seqloader.prefetcher.processes.worker import dumps_seq
 
-__all__ = ["JOIN_TIMEOUT", "ProcessExecutor"]
+__all__ = ["JOIN_TIMEOUT", "PICKLE_WARNING", "ProcessExecutor"]
 
 #: How long :meth:`ProcessExecutor.close` lets workers exit on their own before SIGTERM.
 JOIN_TIMEOUT = 2.0
+#: torch's warning (``torch/utils/data/dataloader.py``) when starting a worker process fails to pickle
+#: its arguments; issued the same way before the error is raised (user code and logs match on it).
+PICKLE_WARNING = ("Got pickle error when attempting to start a worker Process. "
+                  "This might be because the worker Process arguments are not picklable. "
+                  "Python 3.14+ changed the multiprocessing start method in non-Mac POSIX platforms "
+                  "to 'forkserver', which requires the worker Process arguments to be picklable. "
+                  "You can also try multiprocessing.set_start_method('fork').")
 
 # NOTE [ seqloader prefetch: ownership and the shutdown protocol ]
 #
@@ -177,6 +184,7 @@ class ProcessExecutor:
         try:
             h = WorkerHandle(self.ctx, config, self.shared, seq)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:  # pickle's own error, as torch raises it
+            warnings.warn(PICKLE_WARNING, stacklevel=2)  # torch's warning first, as its DataLoader does
             add_note(exc, f"seqloader: cannot start worker {config.worker_id} with the "
                           f"{self.ctx.get_start_method()!r} start method, which pickles the sequence, shared "
                           "object and worker_init_fn; make them picklable (module-level functions) or use 'fork'")

@@ -7,7 +7,6 @@ half a message (see the shutdown NOTE in :mod:`seqloader.prefetcher.processes.ex
 
 from __future__ import annotations
 
-import _signal  # type: ignore[import-not-found]  # the C module under signal (no stubs)
 import select
 import signal
 import time
@@ -18,22 +17,22 @@ from seqloader.prefetcher.processes.worker import recv, send, worker_main
 
 __all__ = ["WorkerHandle", "describe_exit"]
 
-_SIGMASK = hasattr(_signal, "pthread_sigmask")
+_SIGMASK = hasattr(signal, "pthread_sigmask")
 _SIGINT_ONLY = (signal.SIGINT,)
 
 
 def _hold_sigint() -> Any:
     """Hold SIGINT in this thread while one message is written or read whole: a Ctrl-C between a
     message's length and its bytes would leave the pipe out of step for good. The held signal is
-    delivered by :func:`_release_sigint` (``KeyboardInterrupt`` right after the message). The C
-    function is called directly: the ``signal`` module's wrapper builds a set of enums per call
-    (~3 µs, four times per batch)."""
-    return _signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT_ONLY) if _SIGMASK else None
+    delivered by :func:`_release_sigint` (``KeyboardInterrupt`` right after the message). The public
+    ``signal.pthread_sigmask`` (a set of enums per call: about 2 µs more than the C function under
+    it, 7 µs a batch at four calls; docs/design.md, "Private details we depend on")."""
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT_ONLY) if _SIGMASK else None
 
 
 def _release_sigint(held: Any) -> None:
     if held is not None:
-        _signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def describe_exit(exitcode: int | None) -> str:

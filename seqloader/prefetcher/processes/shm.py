@@ -270,6 +270,7 @@ class WorkerSlots:
         return mm
 
     def forget(self, slot_ids) -> None:
+        """Unmap slots the parent destroyed (free ones: no job of this worker uses them)."""
         with self._lock:
             entries = [self._maps.pop(sid, None) for sid in slot_ids]
         for entry in entries:
@@ -277,11 +278,18 @@ class WorkerSlots:
                 entry[0].close()
 
     def close(self, unlink: bool) -> None:
-        """Unmap everything; with ``unlink`` (the parent died) also remove any name left."""
+        """Unmap everything; with ``unlink`` (the parent died) also remove any name left.
+
+        The worker is exiting: with several threads, one may still be inside a job, writing into
+        its slot through a view (``Runner.stop`` never waits for a running job). That mapping
+        cannot be closed (``BufferError``) and is left to the process's exit, which unmaps it.
+        """
         with self._lock:
-            names = [name for _, name in self._maps.values()]
-            sids = list(self._maps)
-        if unlink:
-            for name in names:
+            entries, self._maps = list(self._maps.values()), {}
+        for mm, name in entries:
+            if unlink:
                 unlink_segment(name)
-        self.forget(sids)
+            try:
+                mm.close()
+            except BufferError:  # exported to a running job's view; unmapped when the process exits
+                pass
