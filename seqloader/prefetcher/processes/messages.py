@@ -29,6 +29,7 @@ __all__ = [
     "Failure",
     "Forget",
     "Job",
+    "Outcome",
     "Payload",
     "Ready",
     "Result",
@@ -131,8 +132,9 @@ class Payload:
 
 
 @dataclass(frozen=True)
-class Result:
-    """Item ``index`` of generation ``gen`` was computed in ``seconds``; its value is in ``payload``.
+class Outcome:
+    """Item ``index`` of generation ``gen`` was computed in ``seconds``: what it gave is in
+    ``payload`` (:class:`Result`: its value; :class:`Failure`: its error report).
 
     ``stages`` is ``((name, seconds), ...)``: where those seconds went, when the worker times its
     stages (:mod:`seqloader.sequences.stage_times`); empty otherwise. ``cpu``: the CPU seconds
@@ -148,21 +150,18 @@ class Result:
 
 
 @dataclass(frozen=True)
-class Failure:
-    """Computing item ``index`` raised; ``payload`` holds the pickled error report.
+class Result(Outcome):
+    """The item's value is in ``payload``."""
+
+
+@dataclass(frozen=True)
+class Failure(Outcome):
+    """Computing the item raised; ``payload`` holds the pickled error report.
 
     The report is a dict ``{"exc": exception or None, "type": class or None, "type_name": str,
     "message": str, "traceback": str}`` (see ``faults.error_report``); ``exc`` is None when the
-    exception itself could not be pickled, ``type`` when its class could not. ``seconds`` and
-    ``stages`` as in :class:`Result`.
+    exception itself could not be pickled, ``type`` when its class could not.
     """
-
-    gen: int
-    index: int
-    payload: Payload
-    seconds: float = 0.0
-    stages: tuple = ()
-    cpu: float = 0.0
 
 
 @dataclass(frozen=True)
