@@ -15,10 +15,13 @@ import traceback
 
 from seqloader.errors import add_note
 
-__all__ = ["INDEX_ATTR", "ItemTimeout", "RemoteTraceback", "WorkerDied", "error_report", "rebuild_error"]
+__all__ = ["INDEX_ATTR", "SETUP_STEP", "ItemTimeout", "RemoteTraceback", "WorkerDied", "error_report", "rebuild_error"]
 
 #: The attribute a read sets on an item's error: the index of the item that raised it.
 INDEX_ATTR = "seqloader_index"
+#: The attribute an error of a ``worker_init_fn`` may carry: which step of it failed, named in the
+#: note instead of ``worker_init_fn`` (the loader's own set-up, whose user never passed one).
+SETUP_STEP = "seqloader_setup_step"
 
 
 class WorkerDied(RuntimeError):

@@ -20,7 +20,7 @@ from typing import Any, Callable, NoReturn, Optional
 
 from seqloader.errors import add_note
 from seqloader.prefetcher.executor import Died, Done, SetupFailed, Started
-from seqloader.prefetcher.faults import INDEX_ATTR, ItemTimeout, WorkerDied
+from seqloader.prefetcher.faults import INDEX_ATTR, SETUP_STEP, ItemTimeout, WorkerDied
 from seqloader.prefetcher.roster import Member, Roster
 
 __all__ = ["START_TIMEOUT", "STATUS_CHECK_INTERVAL", "Inbox"]
@@ -112,8 +112,11 @@ class Inbox:
             elif type(ev) is Started:
                 self.roster.members[ev.worker].set_up = True
             elif type(ev) is SetupFailed:
-                add_note(ev.error, f"seqloader: {ev.stage} failed in {self.executor.who(ev.worker)}")
-                self.fail(f"{ev.stage} failed in worker {ev.worker}", ev.error)
+                # a set-up of the caller's own (the loader's) may say which step of it failed, so that
+                # the note does not blame a worker_init_fn the user never passed
+                stage = getattr(ev.error, SETUP_STEP, None) or ev.stage
+                add_note(ev.error, f"seqloader: {stage} failed in {self.executor.who(ev.worker)}")
+                self.fail(f"{stage} failed in worker {ev.worker}", ev.error)
             elif type(ev) is Died:
                 m = self.roster.members[ev.worker]
                 if self.healer is None:

@@ -31,6 +31,7 @@ from seqloader.loader.rngs.probe import GlobalDrawProbe, ThreadRNGs, use_thread_
 from seqloader.loader.torch_compat import (hold_thread_worker_info_for_process, install_thread_worker_info,
                                            refuse_thread_workers_on_plain_route,
                                            thread_generators, thread_worker_info)
+from seqloader.prefetcher.faults import SETUP_STEP
 from seqloader.rng import derive_seed
 from seqloader.sequences import stage_times
 
@@ -106,10 +107,12 @@ class ThreadWorkerSetup:
             try:
                 dataset = copy.deepcopy(dataset)
             except Exception as exc:
-                raise TypeError(f"DataLoader(worker_method='thread'): each thread worker reads its own copy of an "
-                                f"IterableDataset (as a worker process does), and copy.deepcopy of "
-                                f"{type(dataset).__name__} failed ({type(exc).__name__}: {exc}); make it copyable "
-                                "(__deepcopy__) or use worker_method='multiprocessing'") from exc
+                error = TypeError(f"DataLoader(worker_method='thread'): each thread worker reads its own copy of an "
+                                  f"IterableDataset (as a worker process does), and copy.deepcopy of "
+                                  f"{type(dataset).__name__} failed ({type(exc).__name__}: {exc}); make it copyable "
+                                  "(__deepcopy__) or use worker_method='multiprocessing'")
+                setattr(error, SETUP_STEP, "copying the IterableDataset for the thread worker")  # not worker_init_fn
+                raise error from exc
         install_thread_worker_info(worker_id, self.num_workers, seed, dataset, rng)
         use_thread_rngs(ThreadRNGs(rng, self.probe))
         if self.stages:

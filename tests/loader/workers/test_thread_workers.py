@@ -423,3 +423,21 @@ def test_stats_report_the_executor_and_the_cpu_time_of_each_worker():
     _ = list(loader)
     cur = loader.stats()["current"]
     assert cur["executor"] == "thread" and all(w["cpu_s"] >= 0 for w in cur["workers"])
+
+
+class _Uncopyable(torch.utils.data.IterableDataset):
+    def __init__(self):
+        self.lock = threading.Lock()   # deepcopy cannot copy it
+
+    def __iter__(self):
+        return iter(range(4))
+
+
+def test_an_iterable_dataset_that_cannot_be_copied_names_the_copy_not_a_worker_init_fn():
+    """Each thread worker reads its own copy of an IterableDataset; when the copy fails the note
+    names that step, not a ``worker_init_fn`` the user never passed (issue 44)."""
+    with pytest.raises(TypeError, match=r"copy\.deepcopy of _Uncopyable failed") as info:
+        list(seqloader.DataLoader(_Uncopyable(), batch_size=2, num_workers=2, worker_method="thread"))
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "copying the IterableDataset for the thread worker failed in worker" in notes, notes
+    assert "worker_init_fn" not in notes, notes
