@@ -26,6 +26,7 @@ import pytest
 import torch
 
 import seqloader
+from contract_fixtures import executor, no_leaks, process_executor, ray_cluster  # noqa: F401 (fixtures)
 from contract_items import (DrawingStream, GlobalDraws, InitialSeed, RaisesAt, Strided, ThreadSafeDraws,
                             WaitsAt, Warns, WorkerInfoItems, record_worker_id,
                             seed_numpy_with_worker_id, strided_iterator)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 import seqloader
+from contract_fixtures import executor, no_leaks, process_executor, ray_cluster  # noqa: F401 (fixtures)
 from contract_items import RaisesAt
 
 

@@ -12,6 +12,7 @@ import torch
 from torch.profiler import profile
 
 import seqloader
+from contract_fixtures import executor, no_leaks, process_executor, ray_cluster  # noqa: F401 (fixtures)
 from seqloader.loader.torch_compat import profiler as profiler_mod
 
 

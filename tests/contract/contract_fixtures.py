@@ -1,5 +1,10 @@
 """The contract suite's fixtures: one executor per case (``executor``, ``process_executor``), the
-module's Ray cluster, and the check that nothing a case started outlives it."""
+module's Ray cluster, and the check that nothing a case started outlives it.
+
+Each test module imports them (``from contract_fixtures import ...``) rather than finding them in a
+``conftest.py``: a second ``conftest.py`` in a folder without ``__init__.py`` clashes with the
+others (``tests/sources/``, ``tests/packing/``) when pytest is given several folders at once.
+"""
 
 from __future__ import annotations
 
