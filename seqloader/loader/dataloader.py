@@ -161,6 +161,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self._epochs = EpochControl(progress, iterable, self._reading.owner(), None if custom is None else custom.forget)
         self._workers = Workers()  # persistent workers (kept across epochs); others live in iterators
         self._stats = LoaderStats()
+        self._prefetch_factor_given = prefetch_factor is not None
         # Every argument by keyword: frameworks (Lightning) patch DataLoader.__init__ and map
         # positional arguments by their own signature.
         super().__init__(dataset=dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
@@ -172,6 +173,13 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         if not iterable and sampler is None and batch_sampler is None:
             install_forwarding_sampler(self)  # torch's default sampler, whose set_epoch reaches this loader
         weakref.finalize(self, self._workers.close)
+
+    @property
+    def prefetch_factor_given(self) -> bool:
+        """Whether ``prefetch_factor`` was passed. Left out (``None``: torch's 2 per worker), worker
+        processes over a block shuffle of a columnar source read half a window ahead
+        (docs/migrating.md, "worker processes read a block shuffle deeper ahead")."""
+        return self._prefetch_factor_given
 
     def __len__(self) -> int:
         n = self._reading.epoch_length(self, self._epochs.progress)

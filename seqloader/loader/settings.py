@@ -29,4 +29,5 @@ class Settings(Protocol):
     pin_memory_device: str
     timeout: float
     prefetch_factor: Optional[int]
+    prefetch_factor_given: bool  # passed by the user (else the loader may read a block shuffle deeper)
     profile_stages: bool

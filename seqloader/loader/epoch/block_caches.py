@@ -27,7 +27,10 @@ from seqloader.loader.pipeline.walk import pipeline_sources
 from seqloader.loader.samplers.shuffle import BlockShuffleSampler
 from seqloader.prefetcher.options import ProcessWorkers, ThreadWorkers
 
-__all__ = ["blocks_in_use", "size_block_caches"]
+__all__ = ["MOST_PREFETCH", "blocks_in_use", "prefetch_depth", "size_block_caches"]
+
+#: The deepest read-ahead a loader derives per worker (batches; ``prefetch_factor`` when given is kept).
+MOST_PREFETCH = 32
 
 
 def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_workers: int, executor: Any,
@@ -107,3 +110,43 @@ def size_block_caches(dataset: Any, sampler: Any, num_workers: int, executor: An
                            affinity)
     for src in sources:
         src.size_cache(blocks)
+
+
+def prefetch_depth(dataset: Any, sampler: Any, batch_size: Optional[int], executor: Any) -> Optional[int]:
+    """The batches in flight per worker process (``prefetch_factor``) that a block shuffle of a
+    columnar source reads best with, when the user left ``prefetch_factor`` out; ``None``
+    elsewhere (torch's 2).
+
+    The first batch of a window decodes the window (for 8 Parquet row groups of 1,000 rows, about
+    30 ms). The loader yields batches in order, so while one worker decodes, the training loop
+    reads on only as far as that worker's batches computed before: with torch's 2 it soon waits,
+    and the other workers, their own 2 done, wait too (issue 43: two worker processes slower than
+    none). Half a lane's window of batches covers the decode, so that is the depth: ``window *
+    rows of the smallest block // (2 * batch_size)``, between 2 and :data:`MOST_PREFETCH`. What
+    it holds per worker is at most half a window of rows, less than the cache keeps decoded, in
+    shared-memory slots reused from batch to batch. Worker processes only: thread workers hand
+    batches over by reference, and a deeper read-ahead there outgrows the reused batch buffers
+    (fresh arrays faulted in: measured slower, docs/benchmarks.md, issue 43).
+
+    Example:
+        >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, seqloader
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
+        >>> pq.write_table(pa.table({"x": list(range(20_000))}), path, row_group_size=1000)
+        >>> src = seqloader.parquet(path, columnar=True)
+        >>> shuffle = seqloader.BlockShuffleSampler(src, window=8, seed=0)
+        >>> prefetch_depth(src, shuffle, 64, ProcessWorkers()), prefetch_depth(src, shuffle, 64, ThreadWorkers())
+        (32, None)
+        >>> prefetch_depth(src, shuffle, 256, ProcessWorkers())
+        15
+        >>> prefetch_depth(src, seqloader.BlockShuffleSampler(src, window=1, seed=0), 500, ProcessWorkers())
+        2
+        >>> prefetch_depth(src, None, 64, ProcessWorkers()), prefetch_depth(list(range(9)), shuffle, 64, ProcessWorkers())
+        (None, None)
+    """
+    if not isinstance(executor, ProcessWorkers) or not isinstance(sampler, BlockShuffleSampler) \
+            or sampler.window is None or not batch_size or not callable(getattr(dataset, "size_cache", None)) \
+            or len(sampler.block_ends) == 0:
+        return None
+    ends = sampler.block_ends
+    smallest = int(min(ends[0], (ends[1:] - ends[:-1]).min())) if len(ends) > 1 else int(ends[0])
+    return max(2, min(MOST_PREFETCH, max(1, sampler.window) * smallest // (2 * batch_size)))

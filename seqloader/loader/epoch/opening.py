@@ -20,7 +20,7 @@ import functools
 import logging
 from typing import Any, Callable, Optional
 
-from seqloader.loader.epoch.block_caches import size_block_caches
+from seqloader.loader.epoch.block_caches import prefetch_depth, size_block_caches
 from seqloader.loader.epoch.map_iterator import MapIterator
 from seqloader.loader.epoch.iterable_iterator import IterableIterator
 from seqloader.loader.epoch.iterator import Opened, describe_batch, read_window
@@ -68,7 +68,7 @@ class StreamRespawn:
 
 def _opened(loader: Settings, progress: Progress, workers: Workers, stats: LoaderStats, seq: Any,
             skip: frozenset, mark_from: int, streams: bool, reuse: Any = None,
-            respawn: Optional[StreamRespawn] = None) -> Opened:
+            respawn: Optional[StreamRespawn] = None, depth: Optional[int] = None) -> Opened:
     source, unordered = seq, False
     if reuse is not None and len(seq) > 0:  # the same epoch's workers, pointed at the new recipe
         reuse.reset(seq)
@@ -76,7 +76,7 @@ def _opened(loader: Settings, progress: Progress, workers: Workers, stats: Loade
     elif loader.num_workers > 0 and len(seq) > 0:
         # a stream's items must stay on their worker (affinity); batches may go to any free one
         source = workers.open(loader, seq, progress.epoch, affinity=loader.in_order or streams, respawn=respawn,
-                              describe=describe_batch)
+                              describe=describe_batch, depth=depth)
         source.start()
         stats.attach(source)
         # an in-order read would compute skipped items (the workers read ahead): take them
@@ -97,7 +97,10 @@ def open_map_epoch(loader: Settings, reading: Any, progress: Progress, workers: 
     seq, skip = epoch_batches(reading.recipe(loader), progress)
     if reuse is None:   # (before workers start: processes and actors get the sizes with the dataset)
         size_block_caches(loader.dataset, reading.seekable, loader.num_workers, loader.executor, loader.in_order)
-    return _opened(loader, progress, workers, stats, seq, skip, 0, streams=False, reuse=reuse)
+    # an in-order read of a block shuffle waits for a window's decode: read deeper (unless given)
+    deeper = None if loader.prefetch_factor_given or not loader.in_order or not loader.num_workers else \
+        prefetch_depth(loader.dataset, reading.seekable, loader.batch_size, loader.executor)
+    return _opened(loader, progress, workers, stats, seq, skip, 0, streams=False, reuse=reuse, depth=deeper)
 
 
 class Reopen:

@@ -319,6 +319,10 @@ class TunedView:
         c = self._tuning.config
         return c.prefetch if c.workers else None
 
+    @property
+    def prefetch_factor_given(self) -> bool:
+        return True   # (the configuration's read-ahead is the tuner's choice)
+
 
 class TunedIterator(MapIterator):
     """A map-style epoch whose workers change between batches; see the module docstring.

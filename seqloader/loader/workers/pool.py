@@ -157,13 +157,14 @@ class Workers:
 
     def open(self, loader: Any, seq: Any, epoch: int, affinity: bool = True,
              respawn: Optional[Callable[[int], Any]] = None,
-             describe: Optional[Callable[[Any, int], str]] = None) -> Prefetch:
+             describe: Optional[Callable[[Any, int], str]] = None, depth: Optional[int] = None) -> Prefetch:
         """A ``Prefetch`` reading ``seq`` (the batches of ``epoch``) with ``loader``'s settings;
         ``affinity``: batch ``i`` on worker ``i % num_workers`` (else any free worker);
         ``respawn``: what a replacement of a dead worker reads (``None``: ``seq``), with
         ``max_worker_restarts``; ``describe``: how messages about a dead worker name batch ``i``
-        of ``seq`` (the epoch's: its number and dataset indices), or ``None``: by ``i``. Where
-        batches run is this room's; what they are is the epoch's."""
+        of ``seq`` (the epoch's: its number and dataset indices), or ``None``: by ``i``;
+        ``depth``: batches in flight per worker instead of ``loader.prefetch_factor`` (a depth
+        the epoch derived). Where batches run is this room's; what they are is the epoch's."""
         self._respawn = respawn
         if self.prefetch is not None and not self.prefetch.closed:
             self.prefetch.reset(seq)
@@ -185,7 +186,8 @@ class Workers:
             setup, shared = TorchWorkerSetup(n, base, dataset, user_fn, stages, options.threads), dataset
             if options.threads > 1:
                 thread_setup = ThreadWorkerSetup(n, base, dataset, None, stages, GlobalDrawProbe())
-        pf = prefetch(seq, n, method=options, prefetch_factor=loader.prefetch_factor, worker_init_fn=setup,
+        pf = prefetch(seq, n, method=options, prefetch_factor=depth or loader.prefetch_factor,
+                      worker_init_fn=setup,
                       timeout=loader.timeout, shared=shared, affinity=affinity, restarts=restarts,
                       respawn=respawn if restarts else None, thread_init_fn=thread_setup, describe=describe)
         if loader.persistent_workers:

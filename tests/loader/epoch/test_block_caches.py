@@ -226,3 +226,30 @@ def test_two_loaders_over_one_source_read_it_at_once(folder):
     assert sorted(torch.cat([b["label"] for b in others]).tolist()) == list(range(GROUPS * ROWS))
     for a, b in zip(got, reference):
         assert torch.equal(a["tokens"], b["tokens"])
+
+
+@pytest.mark.parametrize("num_workers,method,threads,given,expected", [
+    (2, "multiprocessing", 1, None, WINDOW * ROWS // (2 * BATCH)),   # derived: half a lane's window
+    (2, "multiprocessing", 2, None, WINDOW * ROWS // (2 * BATCH)),
+    (2, "multiprocessing", 1, 3, 3),                                 # given: kept
+    (2, "thread", 1, None, 2),                                       # thread workers: torch's 2
+])
+def test_worker_processes_read_a_block_shuffle_half_a_window_ahead(folder, monkeypatch, num_workers, method,
+                                                                   threads, given, expected):
+    """Left out, ``prefetch_factor`` becomes half a lane's window of batches for worker processes
+    (``prefetch_depth``): one worker's window decode no longer stalls the in-order read. The
+    batches are those of ``prefetch_factor=2``."""
+    from seqloader.loader.workers import pool
+
+    asked = []
+    made = pool.prefetch
+    monkeypatch.setattr(pool, "prefetch", lambda *a, **kw: asked.append(kw["prefetch_factor"]) or made(*a, **kw))
+    src = seqloader.parquet(folder, columnar=True)
+    kw = {} if given is None else {"prefetch_factor": given}
+    got = list(_loader(src, num_workers, method, threads, collate_fn=default_convert, **kw))
+    assert asked == [expected]
+    reference = list(_loader(seqloader.parquet(folder, columnar=True), num_workers, method, threads,
+                             collate_fn=default_convert, prefetch_factor=2))
+    assert len(got) == len(reference)
+    for a, b in zip(got, reference):
+        assert torch.equal(a["tokens"], b["tokens"]) and torch.equal(a["label"], b["label"])
