@@ -214,7 +214,7 @@ class Trace:
         """Write :meth:`document` to ``path`` (whole or not at all: a temporary file renamed)."""
         tmp = f"{self.path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
-            json.dump(self.document(), f)
+            f.write(json.dumps(self.document()))  # (json.dump encodes in Python, 5x slower)
         os.replace(tmp, self.path)
 
 
