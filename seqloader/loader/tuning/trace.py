@@ -7,7 +7,9 @@ While the block runs, a :class:`Trace` records a Chrome trace event file (the JS
 * one lane per worker (a process, a thread or a Ray actor; trace ``pid`` ``1 + w``, named
   ``"worker w"``), with a complete event (``"ph": "X"``) per batch it computed, named
   ``"batch b"`` (``b``: its number in the epoch, after a resume too; ``args``: ``batch``,
-  ``index``); with ``profile_stages=True``, an event per stage inside it (see below). A worker
+  ``index``; an ``IterableDataset``'s stream items: ``"item i"``, ``args["item"]``); with
+  ``profile_stages=True``, an event per stage inside it (see below). A batch is recorded when its
+  reply reaches the loader while the block runs (it may have begun just before). A worker
   computing several batches at once (``threads_per_worker``) gets one row per batch it computes
   at the same time (``tid`` 0, 1, ...). A batch computed for a read that was superseded since (a
   seek, a new recipe) is ``"superseded"``.
@@ -139,9 +141,11 @@ class Trace:
         dur = max(int(done.seconds * 1e9), int(sum(s for _, s in stages) * 1e9))  # (Ray: transfer follows)
         if seq is None:
             name, args = "superseded", {"index": done.index}
-        else:
-            number = seq.epoch_batch(done.index) if hasattr(seq, "epoch_batch") else done.index
+        elif hasattr(seq, "epoch_batch"):   # a map-style epoch's batches (opened mid-way: a resume)
+            number = seq.epoch_batch(done.index)
             name, args = f"batch {number}", {"batch": number, "index": done.index}
+        else:   # an IterableDataset's streams: the item's place in their round robin
+            name, args = f"item {done.index}", {"item": done.index}
         full = False
         with self._lock:
             row = self._row(w, began, began + dur)
