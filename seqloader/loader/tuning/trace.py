@@ -53,8 +53,8 @@ from seqloader.errors import add_note, check_positive_int
 
 __all__ = ["BATCH_CAT", "DEFAULT_MAX_EVENTS", "LOOP", "LOOP_CAT", "STAGE_CAT", "Trace", "WAIT"]
 
-#: The most events a trace keeps unless told otherwise (a few hundred bytes each while recording).
-DEFAULT_MAX_EVENTS = 200_000
+#: The most events a trace keeps unless told otherwise (about 350 bytes each while recording: ~35 MB).
+DEFAULT_MAX_EVENTS = 100_000
 #: The training loop's lane, and the name of its events.
 LOOP, WAIT = "training loop", "wait for data"
 #: The events' categories (``cat``): the loop's waits, workers' batches, their stages.
