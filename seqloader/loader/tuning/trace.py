@@ -117,11 +117,12 @@ class Trace:
 
     def follow(self, source: Any) -> None:
         """Record the batches ``source`` (a :class:`~seqloader.prefetcher.prefetch.Prefetch`) computes."""
-        if not any(ref() is source for ref in self._sources):
-            self._sources.append(weakref.ref(source))
+        self._sources = [ref for ref in self._sources if ref() is not None and ref() is not source]
+        self._sources.append(weakref.ref(source))
         who = source.executor.who
-        for w in range(source.executor.num_workers):
-            self._who.setdefault(w, who(w))
+        with self._lock:
+            for w in range(source.executor.num_workers):
+                self._who.setdefault(w, who(w))
         source.listen(self.computed)
 
     def waited(self, start: float, end: float) -> None:
@@ -201,9 +202,9 @@ class Trace:
         with self._lock:
             events = sorted(self._events, key=lambda e: e[4])
             rows = {w: len(r) for w, r in self._rows.items()}
-            dropped = self.dropped
+            dropped, workers = self.dropped, dict(self._who)
         out: list[dict] = _lane(0, 0, LOOP, LOOP)
-        for w in sorted(set(rows) | set(self._who)):
+        for w in sorted(set(rows) | set(workers)):
             for k in range(max(1, rows.get(w, 0))):
                 out += _lane(1 + w, k, f"worker {w}", f"worker {w}" if k == 0 else f"worker {w} ({k + 1})")
         out += [{"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": ts / 1000, "dur": dur / 1000,
@@ -211,7 +212,7 @@ class Trace:
         other = {"producer": f"seqloader {__version__}", "clock": "time.perf_counter_ns() (CLOCK_MONOTONIC on Linux)",
                  "unix_minus_clock_ns": self._offset_ns, "max_events": self.max_events, "events": len(events),
                  "dropped_events": dropped, "truncated": dropped > 0,
-                 "workers": {str(w): who for w, who in sorted(self._who.items())}}
+                 "workers": {str(w): who for w, who in sorted(workers.items())}}
         return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": other}
 
     def write(self) -> None:
