@@ -35,6 +35,7 @@ from seqloader.loader.reading import Reading
 from seqloader.loader.saving import check_loadable, state_of
 from seqloader.loader.state.state import LoaderState
 from seqloader.loader.tuning.stats import LoaderStats
+from seqloader.loader.tuning.trace import DEFAULT_MAX_EVENTS, Trace
 from seqloader.loader.verbs import Verbs, documented
 from seqloader.loader.workers.pool import Workers, check_worker_restarts, executor_options, method_word
 from seqloader.prefetcher.options import ExecutorOptions, ProcessWorkers
@@ -232,6 +233,43 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             out["autotune"] = self._tuning.report()
             out["hint"] = out["autotune"]["reason"]
         return out
+
+    def trace(self, path: Any, *, max_events: int = DEFAULT_MAX_EVENTS) -> Trace:
+        """``with loader.trace(path):`` records a timeline of the workers and the training loop
+        while the block runs, and writes it to ``path`` when it exits (by an exception too): a
+        Chrome trace event file for Perfetto (ui.perfetto.dev, "Open trace file") or
+        ``chrome://tracing``. One lane per worker with an event per batch it computed (``"batch
+        b"``, its number in the epoch) and, with ``profile_stages=True``, per stage; a lane for the
+        training loop with each wait for data; microseconds of ``time.perf_counter_ns()``'s clock.
+        See ``docs/input_bound.md`` and ``loader/tuning/trace.py``.
+
+        Args:
+            path: the file to write (created at entry: an unwritable path fails there).
+            max_events: the most events kept (the first ones); beyond, a warning and
+                ``otherData["dropped_events"]`` in the file.
+
+        Returns:
+            The context manager (its ``dropped``: events not kept).
+
+        Raises:
+            ValueError: ``max_events`` is not positive, or a trace of this loader is already recording.
+            OSError: ``path`` cannot be written.
+
+        Example:
+            >>> import json, os, tempfile
+            >>> loader = DataLoader(range(8), batch_size=4, seed=0)
+            >>> path = os.path.join(tempfile.mkdtemp(), "trace.json")
+            >>> with loader.trace(path):
+            ...     batches = list(loader)
+            >>> events = json.load(open(path))["traceEvents"]
+            >>> [e["name"] for e in events if e["ph"] == "X"]   # num_workers=0: no worker lane
+            ['wait for data', 'wait for data']
+            >>> with loader.trace(path):
+            ...     loader.trace(path).__enter__()
+            Traceback (most recent call last):
+            ValueError: DataLoader.trace: a trace is already recording this loader (to '...'); record one at a time
+        """
+        return Trace(self._stats, path, max_events)
 
     def log_stats(self, every_s: Optional[float]) -> None:
         """Log a line on the ``seqloader.stats`` logger (INFO) at most every ``every_s`` seconds

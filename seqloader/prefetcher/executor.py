@@ -55,8 +55,12 @@ class Done:
     """The job ``(gen, index)`` of ``worker`` ended: ``reply`` is the executor's handle on its
     outcome (read it with :meth:`Executor.outcome` or give it back with :meth:`Executor.drop`),
     ``None`` when the worker skipped a stale job. ``seconds`` it took (wall time), ``stages``:
-    ``((name, seconds), ...)`` when the worker times its stages, and ``cpu``: the CPU seconds of
-    the thread that computed it (less than ``seconds`` when it waited: on I/O, or for the GIL)."""
+    ``((name, seconds), ...)`` when the worker times its stages, ``cpu``: the CPU seconds of
+    the thread that computed it (less than ``seconds`` when it waited: on I/O, or for the GIL), and
+    ``began``: when it began, in ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux: one clock for
+    the processes of a host; ``0``: unknown). The worker reads that clock twice per job, and the
+    reply carries both numbers: a trace (:meth:`Prefetch.listen
+    <seqloader.prefetcher.prefetch.Prefetch.listen>`) costs the workers nothing more."""
 
     worker: int
     gen: int
@@ -65,6 +69,7 @@ class Done:
     seconds: float = 0.0
     stages: tuple = ()
     cpu: float = 0.0
+    began: int = 0
 
 
 @dataclass(frozen=True)

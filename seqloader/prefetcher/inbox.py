@@ -47,11 +47,14 @@ class Inbox:
         self.ready_sum = 0   # ... and how many were already computed at each read (read-ahead used)
         self.stages: dict[str, float] = {}  # seconds per stage, summed over workers (when they time stages)
         self.healer: Any = None  # a Healer when dead workers are replaced (restarts > 0)
+        self.listener: Optional[Callable[[Done, Any], None]] = None  # told of each item computed (a trace)
         self._describe: Optional[Callable[[int], str]] = None  # the owner's words for an item
+        self._read: Any = None  # the sequence now read
 
     def name_items(self, describe: Optional[Callable[[Any, int], str]], seq: Any) -> None:
         """Name the items of ``seq`` (the sequence now read) with ``describe(seq, i)`` in messages."""
         self._describe = None if describe is None else functools.partial(describe, seq)
+        self._read = seq
 
     def item_name(self, i: int) -> str:
         """The words for item ``i`` in a message: the owner's ``describe``, else ``"item {i}"``."""
@@ -143,6 +146,8 @@ class Inbox:
         m.items += 1
         for name, seconds in ev.stages:
             self.stages[name] = self.stages.get(name, 0.0) + seconds
+        if self.listener is not None:  # (one check per item while nobody listens)
+            self.listener(ev, self._read if ev.gen == self.gen else None)
         if ev.gen != self.gen:
             self.executor.drop(ev.reply)
         else:

@@ -28,9 +28,8 @@ from seqloader.sequences.base import LazySequence
 
 __all__ = ["ItemTimeout", "Prefetch", "WorkerDied"]
 
-# NOTE: what an executor guarantees is in executor.py; for worker processes, ownership of
-# processes and shared memory, the messages, starting, the liveness checks, healing and the
-# shutdown protocol are the NOTEs in processes/executor.py; for threads, threads.py.
+# NOTE: what an executor guarantees: executor.py; for worker processes (ownership of processes and shared
+# memory, messages, starting, liveness, healing, shutdown) processes/executor.py's NOTEs; threads: threads.py.
 
 
 class Prefetch(LazySequence):
@@ -61,8 +60,6 @@ class Prefetch(LazySequence):
         self._healing = (restarts, respawn, describe)
         self._pid = os.getpid()
         self._wire(executor, prefetch_factor, affinity)
-        # the gc path must not block (a thread inside a long item cannot be joined)
-        self._finalizer = weakref.finalize(self, getattr(executor, "stop_nowait", executor.close))
 
     def _wire(self, executor: Executor, prefetch_factor: int, affinity: bool) -> None:
         """Build the reader's parts around ``executor`` (at construction, and in a forked child)."""
@@ -77,6 +74,8 @@ class Prefetch(LazySequence):
         if restarts:
             self._inbox.healer = Healer(restarts, respawn, self._seq, max(START_TIMEOUT, self._timeout))
         self._launched = False
+        # the gc path must not block (a thread inside a long item cannot be joined)
+        self._finalizer = weakref.finalize(self, getattr(executor, "stop_nowait", executor.close))
 
     def _after_fork(self) -> None:
         """This copy was inherited by a forked child: read with workers of the child's own (a
@@ -84,7 +83,6 @@ class Prefetch(LazySequence):
         executor = self._executor.forked()
         self._pid = os.getpid()
         self._wire(executor, self._roster.prefetch_factor, self._roster.affinity)
-        self._finalizer = weakref.finalize(self, getattr(executor, "stop_nowait", executor.close))
 
     def __len__(self) -> int:
         return self._len
@@ -155,6 +153,11 @@ class Prefetch(LazySequence):
             (4, 4)
         """
         return self._inbox.counters()
+
+    def listen(self, listener: Optional[Callable[[Any, Any], None]]) -> None:
+        """Call ``listener(done, seq)`` in the reader's thread with each computed item's :class:`~seqloader.prefetcher.executor.Done`
+        and the sequence it is an item of (``None``: superseded since); ``None``: stop (a trace listens)."""
+        self._inbox.listener = listener
 
     @property
     def closed(self) -> bool:

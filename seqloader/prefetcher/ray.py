@@ -259,11 +259,11 @@ class RayExecutor:
             if reply[0] == SKIPPED:
                 events.append(Done(w, gen, index, None))
                 return
-            _, ok, seconds, stages, data, buffers, warned = reply
+            _, ok, seconds, stages, data, buffers, warned, began = reply
             for category, message, filename, lineno in warned:  # an item's warning reaches the trainer
                 warnings.warn_explicit(message, category, filename, lineno, registry=self._warned)
             self._bytes += len(data) + sum(b.nbytes for b in buffers)
-            events.append(Done(w, gen, index, (ok, data, buffers), seconds, stages))
+            events.append(Done(w, gen, index, (ok, data, buffers), seconds, stages, began=began))
 
     def _died(self, w: int, exc: BaseException, events: list[Event]) -> None:
         a = self._actors[w]

@@ -19,10 +19,11 @@ Its methods run in three concurrency groups (one thread each):
 
 Wire format (the pickling is :mod:`seqloader.prefetcher.wire`'s, shared with the worker
 processes). A job's reply is a small tuple: ``(SKIPPED,)``, or ``(DONE, ok, seconds, stages, data,
-buffers, warned)`` where ``data`` is the value (``ok``) or an :func:`~seqloader.prefetcher.faults.error_report`
+buffers, warned, began)`` where ``data`` is the value (``ok``) or an :func:`~seqloader.prefetcher.faults.error_report`
 pickled with protocol 5, ``buffers`` its out-of-band buffers (numpy arrays' and plain CPU
-tensors' bytes) as ``uint8`` numpy arrays, and ``warned`` the warnings the item showed, which the
-driver issues again (as a worker process's reach the training process). Ray stores numpy arrays in its object store without
+tensors' bytes) as ``uint8`` numpy arrays, ``warned`` the warnings the item showed, which the
+driver issues again (as a worker process's reach the training process), and ``began`` when
+computing began (``time.perf_counter_ns()``: the driver's clock when the actor runs on its host). Ray stores numpy arrays in its object store without
 pickling them (zero-copy on the reader's side), so large arrays are never pickled in band.
 :func:`decode` rebuilds the value on the driver from *writable copies* of those buffers (see its
 docstring for why). Sequences and the set-up are pickled with ``cloudpickle`` (what Ray users
@@ -213,12 +214,12 @@ class RayWorker:
                 return (SKIPPED,)
             self._latest = gen
         times = stage_times.current()
-        start = time.perf_counter()
+        start = time.perf_counter_ns()  # when it began: the clock of every process of this host
         try:
             value, ok = self._seq[index], True
         except BaseException as exc:
             value, ok = exc, False
-        seconds = time.perf_counter() - start
+        seconds = (time.perf_counter_ns() - start) * 1e-9
         warned, self._warned = tuple(self._warned), []  # an actor computes one job at a time
         token = None if times is None else times.begin()
         try:
@@ -228,7 +229,7 @@ class RayWorker:
         if times is not None and token is not None:
             times.end(TRANSFER, token)
         stages = () if times is None else tuple(times.take().items())
-        return (DONE, ok, seconds, stages, data, buffers, warned)
+        return (DONE, ok, seconds, stages, data, buffers, warned, start)
 
     def watch(self) -> None:
         """Never return (watch group): the call is pending for the actor's whole life, so that its

@@ -218,11 +218,11 @@ class _Replies(Sink):
 def _compute(w: int, gen: int, index: int, seq: Sequence[Any]) -> Done:
     """Worker ``w``'s job: ``seq[index]`` as a :class:`Done`, timed; its error is its outcome."""
     times = stage_times.current()
-    start, cpu = time.perf_counter(), time.thread_time()
+    start, cpu = time.perf_counter_ns(), time.thread_time()
     try:
         outcome: tuple[bool, Any] = (True, seq[index])
     except BaseException as exc:  # the job's outcome; never kills the thread
         outcome = (False, exc)
-    seconds, cpu = time.perf_counter() - start, time.thread_time() - cpu
+    seconds, cpu = (time.perf_counter_ns() - start) * 1e-9, time.thread_time() - cpu
     stages = () if times is None else tuple(times.take().items())
-    return Done(w, gen, index, outcome, seconds, stages, cpu)
+    return Done(w, gen, index, outcome, seconds, stages, cpu, start)

@@ -247,6 +247,7 @@ class LoaderStats:
         self.profile = False                     # the current epoch times its stages (profile_stages)
         self._times: Optional[stage_times.StageTimes] = None  # ... computed in this process
         self._opening = 0.0                      # when the current iter() began
+        self.trace: Any = None                   # a Trace recording (loader.trace(path)), or None
 
     def begin(self, epoch: int, resumed: bool = False, profile: bool = False) -> None:
         """A new iterator: a new current epoch (the previous one becomes ``last``); ``profile``: its
@@ -296,6 +297,16 @@ class LoaderStats:
         workers, and numbers of workers dropped with an abandoned iterator stay as last refreshed.
         """
         self._source, self._base = weakref.ref(source), source.counters()
+        if self.trace is not None:
+            self.trace.follow(source)
+
+    def traced(self, trace: Any) -> None:
+        """Record the loop's waits and the attached workers' batches into ``trace`` from now on
+        (:class:`~seqloader.loader.tuning.trace.Trace`; ``None``: stop)."""
+        self.trace = trace
+        source = None if self._source is None else self._source()
+        if trace is not None and source is not None:
+            trace.follow(source)
 
     def refresh(self) -> None:
         """Copy the workers' numbers since :meth:`attach` (and the stages timed here) into the current epoch."""
@@ -370,6 +381,8 @@ class LoaderStats:
         cur.wait_s += clock.wait_s
         cur.batches += 1
         clock.returned_at = end
+        if self.trace is not None:  # loader.trace(): the wait on the training loop's lane
+            self.trace.waited(start, end)
         if self.log_every_s is not None and end - self._logged >= self.log_every_s:
             self._logged = end
             _log.info("seqloader: epoch %d, %d batches, %.1f batches/s, input-bound %.0f%%",

@@ -301,7 +301,7 @@ class ProcessExecutor:
                 payload = msg.payload
                 pool.mapped_by_worker(payload.slot_id)
                 self.shm_bytes += payload.data_len + sum(n for _, n in payload.buffers)
-                events.append(Done(w, msg.gen, msg.index, msg, msg.seconds, msg.stages, msg.cpu))
+                events.append(Done(w, msg.gen, msg.index, msg, msg.seconds, msg.stages, msg.cpu, msg.began))
             elif type(msg) is Cancelled:
                 pool.mapped_by_worker(msg.slot_id)
                 pool.release(msg.slot_id)

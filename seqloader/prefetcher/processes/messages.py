@@ -139,6 +139,8 @@ class Outcome:
     ``stages`` is ``((name, seconds), ...)``: where those seconds went, when the worker times its
     stages (:mod:`seqloader.sequences.stage_times`); empty otherwise. ``cpu``: the CPU seconds
     of the thread that computed it (``time.thread_time``), against ``seconds`` of wall time.
+    ``began``: when computing began, in ``time.perf_counter_ns()`` (one clock for every process
+    of a host: a trace's, :mod:`seqloader.loader.tuning.trace`).
     """
 
     gen: int
@@ -147,6 +149,7 @@ class Outcome:
     seconds: float = 0.0
     stages: tuple = ()
     cpu: float = 0.0
+    began: int = 0
 
 
 @dataclass(frozen=True)
