@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional
 
 from seqloader.loader.tuning.hint import executor_hint, load_hint, machine_busy, startup_hint, waiting
 from seqloader.loader.tuning.rules import waits
+from seqloader.loader.tuning.totals import RAISED, Totals, worker_deltas
 from seqloader.sequences import stage_times
 
 __all__ = ["OTHER", "PIN", "BatchClock", "EpochStats", "LoaderStats", "StageAccount"]
@@ -241,8 +242,9 @@ class LoaderStats:
         self.resumes = 0         # load_state_dict calls that an iterator then resumed
         self.log_every_s: Optional[float] = None
         self.clock = BatchClock()                # the latest next()
-        self._source: Any = None                 # a weak reference to the epoch's Prefetch (never
-        self._base: Optional[dict] = None        # keep an iterator's workers alive), its counters
+        self.totals = Totals()                   # since the loader was built (export_metrics)
+        self._attached: Optional[tuple] = None   # (a weak reference to the epoch's Prefetch (never keep
+        #                                          an iterator's workers alive), its counters then): one value
         self._logged = time.perf_counter()
         self.profile = False                     # the current epoch times its stages (profile_stages)
         self._times: Optional[stage_times.StageTimes] = None  # ... computed in this process
@@ -252,13 +254,16 @@ class LoaderStats:
         """A new iterator: a new current epoch (the previous one becomes ``last``); ``profile``: its
         stages are timed (workers time theirs if they were started with ``profile_stages``)."""
         self._opening = time.perf_counter()
-        if self.current is not None and self.current.batches:
+        cur = self.current
+        if cur is not None:   # (in this order: a scrape reading meanwhile counts less, never twice)
             self.refresh()
-            self.last = self.current
+            self._attached = None
+            self.totals.retire(cur)
+            if cur.batches:
+                self.last = cur
         self.current = EpochStats(epoch)
         self.resumes += int(resumed)
         self.clock.returned_at = None
-        self._source = self._base = None
         self.profile = profile
         self._times = stage_times.StageTimes() if profile else None
 
@@ -295,20 +300,17 @@ class LoaderStats:
         Only a weak reference is kept; the iterator calls :meth:`refresh` before it closes its
         workers, and numbers of workers dropped with an abandoned iterator stay as last refreshed.
         """
-        self._source, self._base = weakref.ref(source), source.counters()
+        self._attached = (weakref.ref(source), source.counters())
 
     def refresh(self) -> None:
         """Copy the workers' numbers since :meth:`attach` (and the stages timed here) into the current epoch."""
         if self._times is not None and self.current is not None:
             self.current.account.add(self._times.take())
-        source = None if self._source is None else self._source()
-        if source is None or self.current is None:
+        seen = self._seen()
+        if seen is None or self.current is None:
             return
-        now, base = source.counters(), self._base
-        assert base is not None  # set with _source by attach()
-        cur = self.current
-        cur.workers = [{k: w[k] - b[k] for k in ("busy_s", "cpu_s", "items", "restarts")}
-                       for w, b in zip(now["workers"], base["workers"])]
+        (now, base), cur = seen, self.current
+        cur.workers = worker_deltas(now, base)
         cur.executor = now.get("executor", "process")
         reads = now["reads"] - base["reads"]
         cur.ready_mean = (now["ready_sum"] - base["ready_sum"]) / reads if reads else 0.0
@@ -316,6 +318,25 @@ class LoaderStats:
         cur.worker_restarts = now["restarts"] - base["restarts"]
         if now["stages"]:
             cur.account.seconds = {k: v - base["stages"].get(k, 0.0) for k, v in now["stages"].items()}
+
+    def _seen(self) -> Optional[tuple[dict, dict]]:
+        """``(counters now, counters at attach)`` of the epoch's ``Prefetch``, if it is alive."""
+        attached = self._attached
+        if attached is None:
+            return None
+        source = attached[0]()
+        return None if source is None else (source.counters(), attached[1])
+
+    def read_totals(self) -> dict:
+        """:meth:`Totals.read <seqloader.loader.tuning.totals.Totals.read>`, the live epoch's worker
+        numbers read now. It changes nothing: a scrape calls it from its own thread while the loop runs
+        (reading the epochs gone first, it can count less than the truth for a moment, never more)."""
+        gone, seen, cur = self.totals.gone, self._seen(), self.current   # (in this order: see begin())
+        if seen is not None:
+            live = (worker_deltas(*seen), seen[0]["restarts"] - seen[1]["restarts"])
+        else:   # as last refreshed (its workers closed), unless retired already
+            live = ([], 0) if cur is None or cur is gone[2] else (cur.workers, cur.worker_restarts)
+        return self.totals.read(gone, *live, cur)
 
     def report(self, num_workers: int, cores: Optional[int], persistent: bool = False,
                dataset: Any = None) -> dict[str, Any]:
@@ -354,10 +375,11 @@ class LoaderStats:
             self.current.work_s += clock.work_s
         return now
 
-    def returned(self, start: float) -> None:
-        """The ``next()`` begun at ``start`` returned a batch (or raised: the batch is consumed)."""
+    def returned(self, start: float, batch: Any = RAISED) -> None:
+        """The ``next()`` begun at ``start`` returned ``batch`` (or raised: the batch is consumed)."""
         assert self.current is not None, "LoaderStats.begin() first"
         self._count(self.current, start)
+        self.totals.add(self.clock.wait_s, batch)
 
     def stopped(self) -> None:
         """The ``next()`` raised ``StopIteration``: the epoch is over."""
