@@ -55,7 +55,8 @@ def _check_labels(labels: Optional[dict]) -> dict:
             raise ValueError(f"export_metrics: labels: {name!r} is not a Prometheus label name "
                              "([a-zA-Z_][a-zA-Z0-9_]*, not starting with '__')")
         if name in _OURS:
-            raise ValueError(f"export_metrics: labels: {name!r} is a label of seqloader's own metrics; use another name")
+            raise ValueError(f"export_metrics: labels: {name!r} is a label of seqloader's own metrics; "
+                             "use another name")
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise TypeError(f"export_metrics: labels[{name!r}] must be a str or an int (got {type(value).__name__})")
         out[name] = str(value)

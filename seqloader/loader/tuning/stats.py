@@ -223,7 +223,8 @@ class BatchClock:
 
 class LoaderStats:
     """The current and last epoch's :class:`EpochStats`, plus resumes and seeks; ``clock``, the
-    latest batch (:class:`BatchClock`).
+    latest batch (:class:`BatchClock`); ``totals``, since the loader was built
+    (:class:`~seqloader.loader.tuning.totals.Totals`).
 
     Example:
         >>> s = LoaderStats()
