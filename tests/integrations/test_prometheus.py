@@ -250,3 +250,43 @@ def test_import_seqloader_does_not_import_prometheus_client():
             "assert 'prometheus_client' not in sys.modules and 'seqloader.integrations.prometheus' not in sys.modules; "
             "seqloader.export_metrics; assert 'prometheus_client' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_scrape_in_another_thread_while_the_loop_runs_never_sees_a_counter_go_back():
+    import threading
+
+    registry, loader = CollectorRegistry(), loader_of(2, persistent_workers=False)
+    export_metrics(loader, registry, labels=LABELS)
+    done, seen, errors = threading.Event(), [], []
+
+    def scrape():
+        try:
+            while not done.is_set():
+                seen.append([value(registry, name, labels) for name, labels in (
+                    ("seqloader_batches_total", LABELS), ("seqloader_wait_seconds_total", LABELS),
+                    ("seqloader_worker_busy_seconds_total", {**LABELS, "worker": "0"}),
+                    ("seqloader_worker_busy_seconds_total", {**LABELS, "worker": "1"}))])
+        except Exception as exc:   # reported below, in the test's thread
+            errors.append(exc)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        for _ in range(4):
+            list(loader)
+    finally:
+        done.set()
+        scraper.join(60)
+        sys.setswitchinterval(switch)
+    assert not errors and not scraper.is_alive() and len(seen) > 1
+    for column in zip(*seen):
+        numbers = [v for v in column if v is not None]   # (no worker sample before the first epoch attached)
+        assert numbers == sorted(numbers)
+    assert value(registry, "seqloader_batches_total") == 24.0
+    # no scrape counted more than the truth: the highest reported is what the loader holds
+    truth = loader.totals()["workers"]
+    for w in (0, 1):
+        assert value(registry, "seqloader_worker_busy_seconds_total", {**LABELS, "worker": str(w)}) == \
+            truth[w]["busy_s"]
