@@ -88,7 +88,7 @@ def stats_disabled() -> Iterator[None]:
     """Make ``LoaderStats.start``/``returned`` no-ops in this process for the duration (not in workers)."""
     start, returned = LoaderStats.start, LoaderStats.returned
     LoaderStats.start = lambda self: 0.0  # type: ignore[method-assign]
-    LoaderStats.returned = lambda self, start: None  # type: ignore[method-assign]
+    LoaderStats.returned = lambda self, start, batch=None: None  # type: ignore[method-assign]
     try:
         yield
     finally:

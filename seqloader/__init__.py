@@ -52,6 +52,7 @@ _EXPORTS = {
     "StatefulDistributedSampler": "seqloader.sampler",
     "Stateful": "seqloader.sampler",
     "as_iterable_dataset": "seqloader.integrations.torch_iterable",
+    "export_metrics": "seqloader.integrations.prometheus",
     "parquet": "seqloader.sources.parquet_files",
     "arrow_ipc": "seqloader.sources.arrow",
     "tar_shards": "seqloader.sources.tar",
@@ -88,6 +89,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see (`as` marks an explicit re-export)
+    from seqloader.integrations.prometheus import export_metrics as export_metrics
     from seqloader.integrations.torch_iterable import as_iterable_dataset as as_iterable_dataset
     from seqloader.loader.dataloader import DataLoader as DataLoader, StatefulDataLoader as StatefulDataLoader
     from seqloader.loader.samplers.shuffle import BijectiveShuffleSampler as BijectiveShuffleSampler, BlockShuffleSampler as BlockShuffleSampler

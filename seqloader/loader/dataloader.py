@@ -271,6 +271,39 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         """
         return Trace(self._stats, path, max_events)
 
+    def totals(self, count_samples: bool = False) -> dict:
+        """What the training loop consumed since this loader was built: a dashboard's counters.
+
+        Unlike :meth:`stats` (the current and the last epoch), the numbers only grow: they sum
+        every epoch of this loader object (a loader resumed from a state in a new process starts at
+        0: a state holds positions, not measures). :func:`seqloader.export_metrics` reads them at
+        each scrape, from its own thread; reading changes no batch and no state.
+
+        Args:
+            count_samples: from now on, also count the samples in each batch delivered (the length
+                of its first tensor or array along dim 0, ``len()`` of a list of other things; one
+                per batch without automatic batching); ``samples`` is ``None`` until then.
+
+        Returns:
+            ``{"batches", "samples", "wait_s", "wait_buckets", "worker_restarts", "workers",
+            "input_bound"}``: batches consumed (returned or raised) and the seconds the loop waited
+            for them, those waits as a cumulative histogram (``((upper_bound_s, count), ...)``, 100 µs
+            to 10 s, then ``inf``), dead workers replaced, per worker index ``busy_s``/``cpu_s``/
+            ``items``/``restarts`` (read-ahead included), and the current epoch's input-bound
+            fraction (``loader/tuning/totals.py``).
+
+        Example:
+            >>> loader = DataLoader(range(10), batch_size=4, seed=0)
+            >>> loader.totals(count_samples=True)["samples"]
+            0
+            >>> _ = list(loader); _ = list(loader)
+            >>> t = loader.totals(); t["batches"], t["samples"], t["wait_buckets"][-1], t["workers"]
+            (6, 20, (inf, 6), [])
+        """
+        if count_samples:
+            self._stats.totals.count_samples(one_per_batch=self.batch_sampler is None)
+        return self._stats.read_totals()
+
     def log_stats(self, every_s: Optional[float]) -> None:
         """Log a line on the ``seqloader.stats`` logger (INFO) at most every ``every_s`` seconds
         while iterating (``None``: off, the default)."""

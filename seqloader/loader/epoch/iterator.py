@@ -198,7 +198,7 @@ class LoaderIterator:
         except BaseException:
             stats.returned(start)  # a batch that raised was consumed
             raise
-        stats.returned(start)
+        stats.returned(start, batch)
         return batch
 
     def _read(self) -> tuple[int, Any]:

@@ -27,178 +27,18 @@ loop's wall time.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import logging
 import time
 import weakref
 from typing import Any, Callable, Optional
 
-from seqloader.loader.tuning.hint import executor_hint, load_hint, machine_busy, startup_hint, waiting
-from seqloader.loader.tuning.rules import waits
+from seqloader.loader.tuning.epoch_stats import OTHER, PIN, EpochStats, StageAccount
+from seqloader.loader.tuning.totals import RAISED, Totals, worker_deltas
 from seqloader.sequences import stage_times
 
 __all__ = ["OTHER", "PIN", "BatchClock", "EpochStats", "LoaderStats", "StageAccount"]
 
 _log = logging.getLogger("seqloader.stats")
-
-#: The rest of the time spent computing batches, and pinning in this process.
-OTHER, PIN = "other", "pin"
-
-
-@dataclasses.dataclass
-class StageAccount:
-    """Seconds per stage for one epoch; see the module docstring.
-
-    Attributes:
-        seconds: stage name -> seconds spent computing batches, summed over the workers (or in this
-            process at ``num_workers=0``).
-        busy_s, batches: at ``num_workers=0``, the seconds this process spent computing batches and
-            how many (with workers, their own counts are used).
-        pin_s: seconds spent pinning batches in this process.
-
-    Example:
-        >>> a = StageAccount({"fetch": 1.0, "collate": 3.0}, busy_s=5.0, batches=10)
-        >>> t = a.table(workers=[], wall_s=8.0, returned=10)
-        >>> list(t), t["collate"]["share"], t["other"]["per_batch_s"]
-        (['collate', 'fetch', 'other'], 0.6, 0.1)
-        >>> a.hint(workers=[], wall_s=8.0, returned=10)
-        'slowest stage: collate takes 60% of the time spent computing batches (300.0 ms per batch)'
-    """
-
-    seconds: dict = dataclasses.field(default_factory=dict)
-    busy_s: float = 0.0
-    batches: int = 0
-    pin_s: float = 0.0
-
-    def add(self, seconds: dict) -> None:
-        """Add stage totals (``{name: seconds}``)."""
-        for name, s in seconds.items():
-            self.seconds[name] = self.seconds.get(name, 0.0) + s
-
-    def table(self, workers: list, wall_s: float, returned: int) -> dict[str, dict[str, Any]]:
-        """``{name: {"where", "seconds", "per_batch_s", "share"}}``, the largest share first.
-
-        Args:
-            workers: the epoch's per-worker ``{"busy_s", "items", ...}`` (empty at ``num_workers=0``).
-            wall_s: the loop's wall time (waiting plus work), for ``pin``'s share.
-            returned: batches returned to the loop, for ``pin``'s time per batch.
-        """
-        rows: dict[str, dict[str, Any]] = {}
-        if self.seconds:
-            busy = sum(w["busy_s"] for w in workers) if workers else self.busy_s
-            computed = sum(w["items"] for w in workers) if workers else self.batches
-            where = "workers" if workers else "main"
-            spent = dict(self.seconds)
-            rest = busy - sum(spent.values())
-            if rest > 0:
-                spent[OTHER] = rest
-            for name, s in spent.items():
-                rows[name] = {"where": where, "seconds": s, "per_batch_s": s / computed if computed else 0.0,
-                              "share": s / busy if busy > 0 else 0.0}
-        if self.pin_s:
-            rows[PIN] = {"where": "main", "seconds": self.pin_s,
-                         "per_batch_s": self.pin_s / returned if returned else 0.0,
-                         "share": self.pin_s / wall_s if wall_s > 0 else 0.0}
-        return dict(sorted(rows.items(), key=lambda kv: -kv[1]["share"]))
-
-    def hint(self, workers: list, wall_s: float, returned: int) -> Optional[str]:
-        """The slowest stage computing batches (``other`` aside), and pinning when it takes >= 20% of
-        the loop's wall time (:func:`~seqloader.loader.tuning.rules.waits`); ``None`` when nothing was timed."""
-        table = self.table(workers, wall_s, returned)
-        parts = []
-        slowest = [(n, r) for n, r in table.items() if n not in (OTHER, PIN)]
-        if slowest:
-            name, row = slowest[0]
-            where = "worker time" if workers else "the time spent computing batches"
-            parts.append(f"slowest stage: {name} takes {row['share']:.0%} of {where} "
-                         f"({row['per_batch_s'] * 1e3:.1f} ms per batch)")
-        if PIN in table and waits(table[PIN]["share"]):
-            parts.append(f"pinning takes {table[PIN]['share']:.0%} of the loop's wall time")
-        return "; ".join(parts) or None
-
-
-@dataclasses.dataclass
-class EpochStats:
-    """The numbers of one epoch (or of the part of it read so far).
-
-    Attributes:
-        epoch: the loader's epoch counter.
-        batches: batches returned by ``next()`` (including ones that raised).
-        wait_s: seconds spent inside ``next()``: the loop waiting for data.
-        work_s: seconds between a ``next()`` returning and the following call: the loop's work.
-        workers: per worker ``{"busy_s", "cpu_s", "items", "restarts"}`` (empty at
-            ``num_workers=0``): wall seconds computing items, and the CPU seconds of the threads
-            that computed them.
-        executor: what computed the batches: ``"process"``, ``"thread"`` (``"main"`` at
-            ``num_workers=0``).
-        ready_mean: the mean number of batches already computed when one was read (read-ahead used).
-        shm_bytes: bytes of results that came back through shared memory.
-        worker_restarts: dead workers replaced during the epoch (``max_worker_restarts``).
-        startup_s: seconds ``iter()`` took: starting the workers (unless persistent and already
-            running) and opening the epoch; not part of ``wait_s``.
-        account: the per-stage account (:class:`StageAccount`), filled with
-            ``profile_stages``; ``as_dict()`` shows it as ``"stages"``.
-    """
-
-    epoch: int
-    batches: int = 0
-    wait_s: float = 0.0
-    work_s: float = 0.0
-    workers: list = dataclasses.field(default_factory=list)
-    executor: str = "main"
-    ready_mean: float = 0.0
-    shm_bytes: int = 0
-    worker_restarts: int = 0
-    startup_s: float = 0.0
-    account: StageAccount = dataclasses.field(default_factory=StageAccount)
-
-    @property
-    def input_bound(self) -> float:
-        """The fraction of wall time the loop spent waiting for data, in ``[0, 1]``."""
-        total = self.wait_s + self.work_s
-        return self.wait_s / total if total > 0 else 0.0
-
-    @property
-    def batches_per_s(self) -> float:
-        """Batches per second of wall time (waiting plus work)."""
-        total = self.wait_s + self.work_s
-        return self.batches / total if total > 0 else 0.0
-
-    def hint(self, num_workers: int, cores: Optional[int], persistent: bool = False,
-             dataset: Any = None) -> Optional[str]:
-        """One line of suggestions, each only when the numbers support it; else ``None``.
-
-        * Input-bound (waiting >= 20% of the time, 10 batches or more): at ``num_workers=0``, how
-          many workers the waiting suggests; with workers, more of them only if every worker is
-          saturated (busy >= 90% of the wall time) and cores are free.
-        * Worker start-up in ``iter()`` >= 20% of the epoch (not with ``persistent``).
-        * Which executor fits, from the workers' CPU time against their busy time and the machine's
-          load, never threads for a ``dataset`` holding open files (see :meth:`_executor_hint`).
-
-        The first three are :mod:`~seqloader.loader.tuning.hint`'s.
-        * With a per-stage account, the slowest stage.
-        """
-        parts = (load_hint(self, num_workers, cores), startup_hint(self, num_workers, persistent),
-                 self._executor_hint(num_workers, dataset), self.account.hint(self.workers, self.wait_s + self.work_s,
-                                                                       self.batches))
-        return "; ".join(p for p in parts if p) or None
-
-    def _executor_hint(self, num_workers: int, dataset: Any = None) -> Optional[str]:
-        """Threads or processes (the loop waiting: :func:`~seqloader.loader.tuning.hint.waiting`),
-        measured before advised: :func:`~seqloader.loader.tuning.hint.executor_hint`."""
-        if num_workers == 0 or not self.workers or not waiting(self):
-            return None
-        return executor_hint(self.executor, num_workers, self.workers, self.wait_s + self.work_s, dataset,
-                             machine_busy())
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON types, with the derived ``input_bound`` and ``batches_per_s``, and ``stages`` (the
-        per-stage account's table, empty without ``profile_stages``)."""
-        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "account"}
-        out["stages"] = self.account.table(self.workers, self.wait_s + self.work_s, self.batches)
-        return {**out, "input_bound": self.input_bound, "batches_per_s": self.batches_per_s}
-
 
 class BatchClock:
     """The loader's one clock: the latest ``next()``, as :meth:`LoaderStats.start` and
@@ -222,7 +62,8 @@ class BatchClock:
 
 class LoaderStats:
     """The current and last epoch's :class:`EpochStats`, plus resumes and seeks; ``clock``, the
-    latest batch (:class:`BatchClock`).
+    latest batch (:class:`BatchClock`); ``totals``, since the loader was built
+    (:class:`~seqloader.loader.tuning.totals.Totals`).
 
     Example:
         >>> s = LoaderStats()
@@ -241,8 +82,9 @@ class LoaderStats:
         self.resumes = 0         # load_state_dict calls that an iterator then resumed
         self.log_every_s: Optional[float] = None
         self.clock = BatchClock()                # the latest next()
-        self._source: Any = None                 # a weak reference to the epoch's Prefetch (never
-        self._base: Optional[dict] = None        # keep an iterator's workers alive), its counters
+        self.totals = Totals()                   # since the loader was built (export_metrics)
+        self._attached: Optional[tuple] = None   # (a weak reference to the epoch's Prefetch (never keep
+        #                                          an iterator's workers alive), its counters then): one value
         self._logged = time.perf_counter()
         self.profile = False                     # the current epoch times its stages (profile_stages)
         self._times: Optional[stage_times.StageTimes] = None  # ... computed in this process
@@ -253,13 +95,16 @@ class LoaderStats:
         """A new iterator: a new current epoch (the previous one becomes ``last``); ``profile``: its
         stages are timed (workers time theirs if they were started with ``profile_stages``)."""
         self._opening = time.perf_counter()
-        if self.current is not None and self.current.batches:
+        cur = self.current
+        if cur is not None:   # (in this order: a scrape reading meanwhile counts less, never twice)
             self.refresh()
-            self.last = self.current
+            self._attached = None
+            self.totals.retire(cur)
+            if cur.batches:
+                self.last = cur
         self.current = EpochStats(epoch)
         self.resumes += int(resumed)
         self.clock.returned_at = None
-        self._source = self._base = None
         self.profile = profile
         self._times = stage_times.StageTimes() if profile else None
 
@@ -296,7 +141,7 @@ class LoaderStats:
         Only a weak reference is kept; the iterator calls :meth:`refresh` before it closes its
         workers, and numbers of workers dropped with an abandoned iterator stay as last refreshed.
         """
-        self._source, self._base = weakref.ref(source), source.counters()
+        self._attached = (weakref.ref(source), source.counters())
         if self.trace is not None:
             self.trace.follow(source)
 
@@ -304,7 +149,7 @@ class LoaderStats:
         """Record the loop's waits and the attached workers' batches into ``trace`` from now on
         (:class:`~seqloader.loader.tuning.trace.Trace`; ``None``: stop)."""
         self.trace = trace
-        source = None if self._source is None else self._source()
+        source = None if self._attached is None else self._attached[0]()
         if trace is not None and source is not None:
             trace.follow(source)
 
@@ -312,14 +157,11 @@ class LoaderStats:
         """Copy the workers' numbers since :meth:`attach` (and the stages timed here) into the current epoch."""
         if self._times is not None and self.current is not None:
             self.current.account.add(self._times.take())
-        source = None if self._source is None else self._source()
-        if source is None or self.current is None:
+        seen = self._seen()
+        if seen is None or self.current is None:
             return
-        now, base = source.counters(), self._base
-        assert base is not None  # set with _source by attach()
-        cur = self.current
-        cur.workers = [{k: w[k] - b[k] for k in ("busy_s", "cpu_s", "items", "restarts")}
-                       for w, b in zip(now["workers"], base["workers"])]
+        (now, base), cur = seen, self.current
+        cur.workers = worker_deltas(now, base)
         cur.executor = now.get("executor", "process")
         reads = now["reads"] - base["reads"]
         cur.ready_mean = (now["ready_sum"] - base["ready_sum"]) / reads if reads else 0.0
@@ -327,6 +169,25 @@ class LoaderStats:
         cur.worker_restarts = now["restarts"] - base["restarts"]
         if now["stages"]:
             cur.account.seconds = {k: v - base["stages"].get(k, 0.0) for k, v in now["stages"].items()}
+
+    def _seen(self) -> Optional[tuple[dict, dict]]:
+        """``(counters now, counters at attach)`` of the epoch's ``Prefetch``, if it is alive."""
+        attached = self._attached
+        if attached is None:
+            return None
+        source = attached[0]()
+        return None if source is None else (source.counters(), attached[1])
+
+    def read_totals(self) -> dict:
+        """:meth:`Totals.read <seqloader.loader.tuning.totals.Totals.read>`, the live epoch's worker
+        numbers read now. It changes nothing: a scrape calls it from its own thread while the loop runs
+        (reading the epochs gone first, it can count less than the truth for a moment, never more)."""
+        gone, seen, cur = self.totals.gone, self._seen(), self.current   # (in this order: see begin())
+        if seen is not None:
+            live = (worker_deltas(*seen), seen[0]["restarts"] - seen[1]["restarts"])
+        else:   # as last refreshed (its workers closed), unless retired already
+            live = ([], 0) if cur is None or cur is gone[2] else (cur.workers, cur.worker_restarts)
+        return self.totals.read(gone, *live, cur)
 
     def report(self, num_workers: int, cores: Optional[int], persistent: bool = False,
                dataset: Any = None) -> dict[str, Any]:
@@ -365,10 +226,11 @@ class LoaderStats:
             self.current.work_s += clock.work_s
         return now
 
-    def returned(self, start: float) -> None:
-        """The ``next()`` begun at ``start`` returned a batch (or raised: the batch is consumed)."""
+    def returned(self, start: float, batch: Any = RAISED) -> None:
+        """The ``next()`` begun at ``start`` returned ``batch`` (or raised: the batch is consumed)."""
         assert self.current is not None, "LoaderStats.begin() first"
         self._count(self.current, start)
+        self.totals.add(self.clock.wait_s, batch)
 
     def stopped(self) -> None:
         """The ``next()`` raised ``StopIteration``: the epoch is over."""
