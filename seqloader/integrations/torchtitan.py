@@ -32,9 +32,10 @@ unpickles it); exclude ``"dataloader"`` from that checkpoint's loading to start 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -46,7 +47,7 @@ except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("seqloader.integrations.torchtitan needs torchtitan (0.3): pip install seqloader[torchtitan] "
                       "(see setup.cfg: torchtitan is installed with --no-deps)") from error
 
-__all__ = ["ParallelAwareDataloader"]
+__all__ = ["ParallelAwareDataloader", "TokenWindowsDataLoader"]
 
 _OP = "ParallelAwareDataloader"
 _RANK_KEY = re.compile(r"dp_rank_(\d+)\Z")
@@ -198,6 +199,54 @@ class ParallelAwareDataloader(BaseDataLoader):
     def set_epoch(self, epoch: int) -> None:
         """The loader's ``set_epoch`` (the epoch's global order; not needed between epochs)."""
         self.loader.set_epoch(epoch)
+
+
+class TokenWindowsDataLoader(ParallelAwareDataloader):
+    """:class:`ParallelAwareDataloader` over ``token_windows(dataset_path, seq_len + 1, stride=seq_len)``,
+    built by torchtitan's trainer from its config (``config.dataloader.build(dp_world_size=,
+    dp_rank=, tokenizer=, seq_len=, local_batch_size=, ...)``).
+
+    ``Config`` fields: ``dataset_path`` (a token file, a glob or a comma-separated list), ``dtype``
+    of raw files (``"uint16"``; ``""`` for ``.npy`` files), ``shuffle``, ``seed`` and
+    ``num_workers``. The tokenizer is not used: the files hold token ids already.
+
+    Example:
+        >>> import numpy as np, os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "train.bin")
+        >>> np.arange(41, dtype=np.uint16).tofile(path)
+        >>> config = TokenWindowsDataLoader.Config(dataset_path=path, seed=0, shuffle=False)
+        >>> loader = config.build(dp_world_size=2, dp_rank=1, tokenizer=None, seq_len=4, local_batch_size=2)
+        >>> inputs, labels = next(iter(loader))
+        >>> inputs["input"].tolist(), labels[:, -1].tolist()
+        ([[4, 5, 6, 7], [12, 13, 14, 15]], [8, 16])
+    """
+
+    @dataclasses.dataclass(kw_only=True, slots=True)
+    class Config(BaseDataLoader.Config):
+        dtype: str = "uint16"
+        """dtype of raw token files (``""`` for ``.npy`` files, whose header says it)"""
+
+        shuffle: bool = True
+        """a shuffled global order per epoch"""
+
+        seed: Optional[int] = None
+        """the order's seed (``None``: drawn on global rank 0 and broadcast)"""
+
+        num_workers: int = 0
+        """seqloader worker processes"""
+
+    def __init__(self, config: Config, *, dp_world_size: int, dp_rank: int, seq_len: int, local_batch_size: int,
+                 tokenizer: Any = None, snapshot_every_n_steps: Optional[int] = None, **kwargs: Any):
+        from seqloader.sources.token_windows import token_windows
+
+        if not config.dataset_path:
+            raise ValueError("TokenWindowsDataLoader: Config.dataset_path must name the token files (got "
+                             f"{config.dataset_path!r})")
+        paths = [p.strip() for p in config.dataset_path.split(",") if p.strip()]
+        windows = token_windows(paths if len(paths) > 1 else paths[0], seq_len + 1,
+                                dtype=config.dtype or None, stride=seq_len)
+        super().__init__(windows, dp_rank, dp_world_size, batch_size=local_batch_size, shuffle=config.shuffle,
+                         seed=config.seed, num_workers=config.num_workers, **kwargs)
 
 
 class _Batches:

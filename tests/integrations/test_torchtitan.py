@@ -226,3 +226,20 @@ def test_a_dcp_checkpoint_of_two_gloo_ranks_resumes_four_ranks(tmp_path):
     after = _check_steps(four, order, 12, 3)                              # positions [12, 36)
     assert sorted(before) == sorted(order[:12, 0].tolist())
     assert sorted(after) == sorted(order[12:36, 0].tolist())
+
+
+def test_torchtitans_trainer_builds_the_token_windows_loader_from_its_config(tmp_path):
+    from seqloader.integrations.torchtitan import TokenWindowsDataLoader
+
+    path = _tokens_file(tmp_path)
+    config = TokenWindowsDataLoader.Config(dataset_path=path, seed=SEED)
+    assert isinstance(config, titan.BaseDataLoader.Config)
+    order = _global_order(path)
+    # the call of torchtitan 0.3.0's Trainer.__init__ ("build dataloader")
+    ranks = [config.build(dp_world_size=2, dp_rank=r, tokenizer=None, seq_len=L, local_batch_size=BATCH,
+                          snapshot_every_n_steps=None) for r in range(2)]
+    assert all(isinstance(r, titan.BaseDataLoader) for r in ranks)
+    _check_steps(ranks, order, 0, 2)
+    with pytest.raises(ValueError, match="Config.dataset_path must name the token files"):
+        TokenWindowsDataLoader.Config().build(dp_world_size=1, dp_rank=0, tokenizer=None, seq_len=L,
+                                              local_batch_size=BATCH)
