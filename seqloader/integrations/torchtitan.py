@@ -40,6 +40,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from seqloader.loader import world
+from seqloader.loader.dataloader import DataLoader
 
 try:
     from torchtitan.components.dataloader import BaseDataLoader
@@ -137,8 +138,6 @@ class ParallelAwareDataloader(BaseDataLoader):
     """
 
     def __init__(self, dataset: Any, dp_rank: int, dp_world_size: int, **kwargs: Any):
-        from seqloader.loader.dataloader import DataLoader
-
         if "dataset" in kwargs:
             raise ValueError(f"{_OP}: 'dataset' should not be passed in kwargs; it must be provided as the "
                              "first positional argument")
@@ -147,7 +146,7 @@ class ParallelAwareDataloader(BaseDataLoader):
         if kwargs.get("seed") is None:  # one seed for the whole world, drawn outside the dp topology
             kwargs["seed"] = world.draw_seed(kwargs.get("generator"))
         #: the seqloader.DataLoader that reads this rank's shard
-        self.loader = DataLoader(dataset, **kwargs)
+        self.loader: DataLoader[Any] = DataLoader(dataset, **kwargs)
 
     def _here(self) -> Any:
         return world.topology(self.dp_rank, self.dp_world_size)
