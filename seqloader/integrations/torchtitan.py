@@ -102,6 +102,11 @@ def _decode(key: str, value: Any) -> dict:
     return state
 
 
+def _without_saved_with(state: dict) -> dict:
+    """A state less its informational ``saved_with`` (the ranks' entries agree on the rest)."""
+    return {k: v for k, v in state.items() if k != "saved_with"}
+
+
 class ParallelAwareDataloader(BaseDataLoader):
     """torchtitan's ``ParallelAwareDataloader`` on :class:`seqloader.DataLoader`: same arguments and
     state layout, and a state saved under one ``dp_world_size`` resumes under any other.
@@ -185,9 +190,8 @@ class ParallelAwareDataloader(BaseDataLoader):
                              "this is not a ParallelAwareDataloader state")
         states = {key: _decode(key, value) for key, value in sorted(entries.items())}
         first_key = min(states, key=lambda k: int(_RANK_KEY.match(k).group(1)))  # type: ignore[union-attr]
-        strip = lambda s: {k: v for k, v in s.items() if k != "saved_with"}  # noqa: E731
         for key, state in states.items():
-            if strip(state) != strip(states[first_key]):
+            if _without_saved_with(state) != _without_saved_with(states[first_key]):
                 differ = sorted(k for k in set(state) | set(states[first_key])
                                 if k != "saved_with" and state.get(k) != states[first_key].get(k))
                 raise ValueError(f"{_OP}.load_state_dict: {key!r} and {first_key!r} hold different states "
