@@ -17,7 +17,9 @@ that should stay flat in the dataset's size (resume, ``mix``), ``benchmarks.sour
 sources, ``benchmarks.packing`` ``seqloader.pack`` against Grain's packing, ``benchmarks.threads``
 thread workers against worker processes (issue 28; its files and baselines in
 ``benchmarks.threads_data``), ``benchmarks.columnar`` where a columnar batch's CPU goes at
-``num_workers=0`` against a pyarrow scan (issue 43), and ``benchmarks.common`` what they share. :data:`OPT_IN` holds the workloads that run only when
+``num_workers=0`` against a pyarrow scan (issue 43), ``benchmarks.pretraining`` the training
+thread's cost per batch of token windows over a memory map against a plain ``np.memmap`` loop
+(issue 46), and ``benchmarks.common`` what they share. :data:`OPT_IN` holds the workloads that run only when
 named: ``benchmarks.ray``, the Ray executor on a local cluster against the process executor
 (minutes: clusters started, nodes killed), and ``benchmarks.autotune``, ``autotune=True`` against a
 grid of fixed configurations (issue 38; minutes)::
@@ -38,6 +40,7 @@ from benchmarks.iterable import ITERABLE_WORKLOADS
 from benchmarks.loader import LOADER_WORKLOADS
 from benchmarks.packing import PACKING_WORKLOADS
 from benchmarks.prefetch import PREFETCH_WORKLOADS
+from benchmarks.pretraining import PRETRAINING_WORKLOADS
 from benchmarks.ray import RAY_WORKLOADS
 from benchmarks.scale import SCALE_WORKLOADS
 from benchmarks.sources import SOURCE_WORKLOADS
@@ -48,7 +51,8 @@ __all__ = ["OPT_IN", "Options", "Row", "WORKLOADS", "format_rows", "run"]
 #: Workload name -> function(Options) -> rows, in the order ``python -m benchmarks`` runs them.
 WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
     **PREFETCH_WORKLOADS, **LOADER_WORKLOADS, **ITERABLE_WORKLOADS, **FEATURE_WORKLOADS, **SCALE_WORKLOADS,
-    **SOURCE_WORKLOADS, **PACKING_WORKLOADS, **THREADS_WORKLOADS, **COLUMNAR_WORKLOADS}
+    **SOURCE_WORKLOADS, **PACKING_WORKLOADS, **THREADS_WORKLOADS, **COLUMNAR_WORKLOADS,
+    **PRETRAINING_WORKLOADS}
 #: Workloads run only when named (``--workloads``), never by default: they start Ray clusters
 #: (``benchmarks.ray``), or run a grid of fixed configurations against ``autotune=True``
 #: (``benchmarks.autotune``, minutes).

@@ -41,7 +41,8 @@ def test_workloads_are_a_registry_of_row_functions():
                                           "stages_overhead", "resume_scale", "mix", "state_dict", "sources_parquet",
                                           "sources_tar", "sources_index", "sources_latency", "packing_padding",
                                           "packing_throughput", "packing_resume", "threads_parquet", "threads_tar",
-                                          "threads_memory", "threads_tiny", "threads_latency", "columnar_budget"]
+                                          "threads_memory", "threads_tiny", "threads_latency", "columnar_budget",
+                                          "pretraining_windows"]
     assert list(benchmarks.OPT_IN) == ["ray_overhead", "ray_scaling", "ray_node_loss",  # only when named
                                        "autotune_latency", "autotune_python", "autotune_parquet", "autotune_tar"]
     rows = benchmarks.WORKLOADS["images"](common.Options(quick=True))
@@ -184,3 +185,11 @@ def test_the_columnar_budget_reports_the_scan_the_epochs_and_each_part_of_a_batc
     assert [r.unit for r in rows[:3]] == ["rows/s"] * 3 and all(r.value > 0 for r in rows[:3])
     assert "CPU-s" in rows[1].notes and rows[1].ratio > 0 and rows[2].num_workers == 2
     assert [r.unit for r in rows[3:]] == ["us"] * 7 and "gather" in rows[6].loader
+
+
+def test_pretraining_windows_reports_the_memmap_loop_and_the_loader_at_0_and_2_workers():
+    rows = _quick_rows("pretraining_windows")
+    assert [(r.loader, r.num_workers) for r in rows[:3]] == [
+        ("np.memmap slice loop", 0), ("seqloader.DataLoader(token_windows)", 0), ("seqloader.DataLoader(token_windows)", 2)]
+    assert all(r.unit == "µs" and r.value > 0 for r in rows) and all(r.ratio > 0 for r in rows[1:])
+    assert all("vs the memmap loop" in r.notes for r in rows[1:])

@@ -113,3 +113,25 @@ def test_workers_run_from_the_package_that_was_imported():
     batches = list(loader)
     assert all(isinstance(b, torch.Tensor) for b in batches)
     assert [b.tolist() for b in batches] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+@pytest.mark.parametrize("extras,no_deps", [("test,integrations", True), ("torchtitan", True), ("test", False)])
+def test_the_install_step_adds_torchtitan_without_its_requirements_for_its_extras(monkeypatch, extras, no_deps):
+    """torchtitan 0.3.0's own requirements do not resolve beside the test extra: CI's install
+    (``tools/test_installed.py``) adds it with ``--no-deps`` after the extra that lists what it imports."""
+    import configparser
+
+    from tools import test_installed
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(test_installed, "run", lambda cmd, **kw: calls.append([str(c) for c in cmd]))
+    test_installed.install(Path("seqloader-0-py3-none-any.whl"), extras, Path("constraints.txt"))
+    titan = [c for c in calls if "torchtitan==0.3.0" in c]
+    assert bool(titan) == no_deps
+    if no_deps:
+        assert "--no-deps" in titan[0] and calls.index(titan[0]) == 1  # after the extras, before the wheel again
+    config = configparser.ConfigParser()
+    config.read(_checkout() / "setup.cfg")
+    extras_require = config["options.extras_require"]
+    for name in ("torchtitan", "integrations"):
+        assert {"torchdata>=0.11", "tyro>=0.9"} <= set(extras_require[name].split())

@@ -11,8 +11,9 @@ Steps, each one a plain command (printed before it runs):
 1. ``python -m build`` makes the sdist and, from the sdist, the wheel (into ``build/dist/``), so a file
    the sdist drops is missing from the wheel too.
 2. ``pip install "<wheel>[test,integrations]" -c constraints.txt`` (the torch already installed stays),
-   then the wheel itself again with ``--force-reinstall --no-deps`` (an editable or older install of the
-   same version would otherwise be kept).
+   then the packages an extra needs without their own requirements (:data:`NO_DEPS`: torchtitan) with
+   ``--no-deps``, then the wheel itself again with ``--force-reinstall --no-deps`` (an editable or
+   older install of the same version would otherwise be kept).
 3. The checkout is copied to ``build/installed-tests/`` *without* ``seqloader/`` and pytest runs there:
    ``import seqloader`` can only find the installed wheel, while the tests still import their own helpers
    (``tests.``, ``benchmarks``, ``tools``). The doctests of the installed package run too.
@@ -36,6 +37,14 @@ from typing import Sequence
 REPO = Path(__file__).resolve().parents[1]
 DIST = REPO / "build" / "dist"
 STAGE = REPO / "build" / "installed-tests"
+
+#: packages installed with ``--no-deps`` after an extra named here: their own requirements do not
+#: resolve beside the test extra and are not what seqloader imports (setup.cfg, the ``torchtitan``
+#: extra, which lists what ``import torchtitan.components.dataloader`` does need)
+NO_DEPS: dict[str, tuple[str, ...]] = {
+    "torchtitan": ("torchtitan==0.3.0",),
+    "integrations": ("torchtitan==0.3.0",),
+}
 
 #: top-level names of the checkout that the staged copy leaves out
 _LEFT_OUT = {"seqloader", ".git", "build", "dist", ".venv", "venv", ".mypy_cache", ".hypothesis"}
@@ -150,6 +159,9 @@ def install(wheel: Path, extras: str, constraints_file: Path, pins: Sequence[str
         constraints += ["-c", str(pinned)]
     pip = [sys.executable, "-m", "pip", "install", "-q"]
     run([*pip, f"{wheel}[{extras}]" if extras else str(wheel), *constraints])
+    no_deps = sorted({spec for extra in extras.split(",") for spec in NO_DEPS.get(extra.strip(), ())})
+    if no_deps:
+        run([*pip, "--no-deps", *no_deps, *constraints])
     run([*pip, "--force-reinstall", "--no-deps", str(wheel)])
 
 

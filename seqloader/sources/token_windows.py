@@ -51,6 +51,9 @@ def _npy_layout(path: str) -> Layout:
 
 class _TokenWindows(Source[np.ndarray]):
     _op = _OP
+    #: reading copies out of a local memory map and draws from no global RNG, so the loader skips
+    #: seeding them per batch (``seqloader.loader.rngs.draws``; about 30 µs of a batch of 8 windows)
+    draws_globals = False
 
     def __init__(self, paths: Any, length: int, dtype: Any, stride: Any):
         self._length = check_positive_int(_OP, "length", length)

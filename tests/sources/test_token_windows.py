@@ -172,3 +172,16 @@ def test_pickles_without_its_memory_maps_and_the_copy_reads_the_same(files):
     assert [f[0] for f in src.files()] == ["a.bin", "b.bin", "c.npy"]
     for i in (0, 5, len(src) - 1):
         np.testing.assert_array_equal(copy[i], src[i])
+
+
+def test_reading_draws_no_global_rng_so_the_loader_skips_seeding_them(files):
+    from seqloader.loader.rngs.draws import batch_draws_globals
+    from torch.utils.data import default_collate
+
+    src = seqloader.token_windows(files[0][:2], 9, dtype=np.uint16, stride=8)
+    assert batch_draws_globals(src, default_collate) is False
+    np.random.seed(3)
+    want = np.random.random()
+    np.random.seed(3)
+    assert len(list(seqloader.DataLoader(src, batch_size=4, shuffle=True, seed=0))) > 0
+    assert np.random.random() == want  # the caller's generator is where it was
