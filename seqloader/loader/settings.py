@@ -29,5 +29,9 @@ class Settings(Protocol):
     pin_memory_device: str
     timeout: float
     prefetch_factor: Optional[int]
-    prefetch_factor_given: bool  # passed by the user (else the loader may read a block shuffle deeper)
     profile_stages: bool
+
+    @property
+    def prefetch_factor_given(self) -> bool:
+        """Whether the user passed ``prefetch_factor`` (else the loader may read a block shuffle deeper)."""
+        ...
