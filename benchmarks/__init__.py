@@ -17,7 +17,8 @@ that should stay flat in the dataset's size (resume, ``mix``), ``benchmarks.sour
 sources, ``benchmarks.packing`` ``seqloader.pack`` against Grain's packing, ``benchmarks.threads``
 thread workers against worker processes (issue 28; its files and baselines in
 ``benchmarks.threads_data``), ``benchmarks.columnar`` where a columnar batch's CPU goes at
-``num_workers=0`` against a pyarrow scan (issue 43), ``benchmarks.pretraining`` the training
+``num_workers=0`` against a pyarrow scan and ``benchmarks.columnar_workers`` the same pipeline on
+every executor against ``num_workers=0`` and torch (issue 43), ``benchmarks.pretraining`` the training
 thread's cost per batch of token windows over a memory map against a plain ``np.memmap`` loop
 (issue 46), and ``benchmarks.common`` what they share. :data:`OPT_IN` holds the workloads that run only when
 named: ``benchmarks.ray``, the Ray executor on a local cluster against the process executor
@@ -34,6 +35,7 @@ from typing import Callable, Iterable
 
 from benchmarks.autotune import AUTOTUNE_WORKLOADS
 from benchmarks.columnar import COLUMNAR_WORKLOADS
+from benchmarks.columnar_workers import COLUMNAR_WORKER_WORKLOADS
 from benchmarks.common import Options, Row, format_rows
 from benchmarks.features import FEATURE_WORKLOADS
 from benchmarks.iterable import ITERABLE_WORKLOADS
@@ -52,7 +54,7 @@ __all__ = ["OPT_IN", "Options", "Row", "WORKLOADS", "format_rows", "run"]
 WORKLOADS: dict[str, Callable[[Options], list[Row]]] = {
     **PREFETCH_WORKLOADS, **LOADER_WORKLOADS, **ITERABLE_WORKLOADS, **FEATURE_WORKLOADS, **SCALE_WORKLOADS,
     **SOURCE_WORKLOADS, **PACKING_WORKLOADS, **THREADS_WORKLOADS, **COLUMNAR_WORKLOADS,
-    **PRETRAINING_WORKLOADS}
+    **COLUMNAR_WORKER_WORKLOADS, **PRETRAINING_WORKLOADS}
 #: Workloads run only when named (``--workloads``), never by default: they start Ray clusters
 #: (``benchmarks.ray``), or run a grid of fixed configurations against ``autotune=True``
 #: (``benchmarks.autotune``, minutes).

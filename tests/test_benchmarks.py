@@ -42,7 +42,7 @@ def test_workloads_are_a_registry_of_row_functions():
                                           "sources_tar", "sources_index", "sources_latency", "packing_padding",
                                           "packing_throughput", "packing_resume", "threads_parquet", "threads_tar",
                                           "threads_memory", "threads_tiny", "threads_latency", "columnar_budget",
-                                          "pretraining_windows"]
+                                          "columnar_workers", "pretraining_windows"]
     assert list(benchmarks.OPT_IN) == ["ray_overhead", "ray_scaling", "ray_node_loss",  # only when named
                                        "autotune_latency", "autotune_python", "autotune_parquet", "autotune_tar"]
     rows = benchmarks.WORKLOADS["images"](common.Options(quick=True))
@@ -185,6 +185,14 @@ def test_the_columnar_budget_reports_the_scan_the_epochs_and_each_part_of_a_batc
     assert [r.unit for r in rows[:3]] == ["rows/s"] * 3 and all(r.value > 0 for r in rows[:3])
     assert "CPU-s" in rows[1].notes and rows[1].ratio > 0 and rows[2].num_workers == 2
     assert [r.unit for r in rows[3:]] == ["us"] * 7 and "gather" in rows[6].loader
+
+
+def test_columnar_workers_reports_every_executor_against_torch_and_num_workers_0():
+    rows = _quick_rows("columnar_workers")
+    assert [r.loader for r in rows][-2:] == ["torch DataLoader over a map-style row index",
+                                             "pyarrow scan: iter_batches(64) -> tensors"]
+    assert all(r.unit == "rows/s" and r.value > 0 for r in rows) and rows[-2].ratio is None
+    assert all(r.ratio > 0 and "x num_workers=0" in r.notes for r in rows[:5])
 
 
 def test_pretraining_windows_reports_the_memmap_loop_and_the_loader_at_0_and_2_workers():
