@@ -31,6 +31,10 @@ from hypothesis import HealthCheck, settings
 
 from leaks import leak_free
 
+# the contract suite's fixtures module (tests/contract/contract_fixtures.py) is imported by modules of
+# other folders too (tests/prefetcher/test_promises.py); appended, so a folder's own modules come first
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "contract"))
+
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=60,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None, max_examples=100)

@@ -141,9 +141,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self.snapshot_every_n_steps = snapshot_every_n_steps
         self.batch_size_schedule = batch_size_schedule
         self.seed = world.draw_seed(generator) if seed is None else check_seed("DataLoader", seed)
-        self.max_worker_restarts = check_worker_restarts(max_worker_restarts, num_workers)
         #: where batches are computed: one options object, chosen here (``prefetcher/options.py``)
         self.executor = executor_options(worker_method, multiprocessing_context, threads_per_worker, num_workers)
+        self.max_worker_restarts = check_worker_restarts(max_worker_restarts, num_workers, self.executor)
         self.worker_method = method_word(self.executor)
         self.threads_per_worker = getattr(self.executor, "threads", 1)
         if not isinstance(profile_stages, bool):

@@ -4,6 +4,8 @@ module's Ray cluster, and the check that nothing a case started outlives it.
 Each test module imports them (``from contract_fixtures import ...``) rather than finding them in a
 ``conftest.py``: a second ``conftest.py`` in a folder without ``__init__.py`` clashes with the
 others (``tests/sources/``, ``tests/packing/``) when pytest is given several folders at once.
+``tests/prefetcher/test_promises.py`` imports ``no_leaks`` and ``ray_cluster`` too (``tests/conftest.py``
+puts this folder on ``sys.path``).
 """
 
 from __future__ import annotations
@@ -37,10 +39,20 @@ def ray_cluster():
         next(gen, None)
 
 
+def running_cluster():
+    """The module's Ray cluster if a Ray case started it, else ``None``."""
+    return _cluster.get("cluster")
+
+
 @pytest.fixture
-def no_leaks():
-    """No worker process, shared-memory segment or Ray actor outlives a test; once the module's
-    cluster runs, its own processes are not the test's (``tests/ray_cluster.py``)."""
+def no_leaks(request):
+    """No worker process, shared-memory segment, Ray actor or thread worker outlives a test; once
+    the module's cluster runs, its own processes are not the test's (``tests/ray_cluster.py``). A
+    Ray case's cluster starts first, however the fixtures are ordered (``tests/conftest.py`` puts
+    ``no_leaks`` first in the folders it checks)."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "ray" in (callspec.params.get("executor"), callspec.params.get("process_executor")):
+        request.getfixturevalue("ray_cluster")  # first: its processes are not the test's leaks
     if "cluster" in _cluster:
         from ray_cluster import leak_check
 
@@ -54,8 +66,13 @@ def no_leaks():
     assert torch.utils.data.get_worker_info.__code__ is _ORIGINAL_CODE["get_worker_info"]
 
 
+def thread_workers() -> set:
+    """The live thread workers (threads named ``seqloader-worker-*``)."""
+    return {t for t in threading.enumerate() if t.name.startswith("seqloader-worker-") and t.is_alive()}
+
+
 def _thread_workers() -> list:
-    return [t.name for t in threading.enumerate() if t.name.startswith("seqloader-worker-") and t.is_alive()]
+    return sorted(t.name for t in thread_workers())
 
 
 @pytest.fixture(params=list(EXECUTORS))

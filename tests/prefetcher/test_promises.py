@@ -17,7 +17,6 @@ from __future__ import annotations
 import gc
 import pickle
 import re
-import threading
 import time
 
 import pytest
@@ -25,6 +24,7 @@ import torch
 
 import leaks
 import seqloader as sl
+from contract_fixtures import no_leaks, ray_cluster, running_cluster, thread_workers  # noqa: F401 (fixtures)
 from forking import BOUND, wait_until
 from promise_items import (Gated, Logged, Where, computed, exits_at_3, fails_at_3, fails_at_5, needs_config, release,
                            ten_copies, value)
@@ -37,43 +37,6 @@ PROCESS_BASED = ["process", "ray"]
 #: executor -> how ``repr`` names it
 REPR = {"process": "prefetch(num_workers=2, ", "thread": "prefetch(method='thread', num_workers=2, ",
         "ray": "prefetch(method='ray', num_workers=2, "}
-
-_cluster: dict = {}  # the module's Ray cluster, once a Ray case started it
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    from ray_cluster import cluster_fixture  # imports Ray (or skips) only when a Ray case runs
-
-    gen = cluster_fixture()
-    _cluster["cluster"] = next(gen)
-    try:
-        yield _cluster["cluster"]
-    finally:
-        _cluster.clear()
-        next(gen, None)
-
-
-@pytest.fixture
-def no_leaks(request):
-    """Replaces the conftest's check for this module: no worker process, shared-memory segment,
-    Ray actor or thread worker outlives a test; once the module's cluster runs, its own processes
-    are not the test's (``tests/ray_cluster.py``)."""
-    callspec = getattr(request.node, "callspec", None)
-    if callspec is not None and callspec.params.get("executor") == "ray":
-        request.getfixturevalue("ray_cluster")  # first: its processes are not the test's leaks
-    if "cluster" in _cluster:
-        from ray_cluster import leak_check
-
-        yield from leak_check(_cluster["cluster"])
-    else:
-        yield from leaks.leak_free()
-    gc.collect()  # an error's traceback may hold the prefetch, hence its threads, in a cycle
-    assert wait_until(lambda: not _thread_workers(), BOUND), f"thread workers outlived the test: {_thread_workers()}"
-
-
-def _thread_workers() -> set:
-    return {t for t in threading.enumerate() if t.name.startswith("seqloader-worker-") and t.is_alive()}
 
 
 class Executor:
@@ -88,13 +51,14 @@ class Executor:
 
     def _running(self) -> set:
         if self.name == "thread":
-            return _thread_workers()
+            return thread_workers()
+        cluster = running_cluster()
         if self.name == "ray":
-            return _cluster["cluster"].alive_actors()
-        if "cluster" in _cluster:  # the cluster's own processes (its pooled workers come and go)
+            return cluster.alive_actors()
+        if cluster is not None:  # the cluster's own processes (its pooled workers come and go)
             from ray_cluster import _other_children
 
-            return _other_children(_cluster["cluster"])
+            return _other_children(cluster)
         return {p for p in leaks.children() if _alive(p)}
 
     def started(self) -> set:

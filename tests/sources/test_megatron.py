@@ -7,7 +7,6 @@ by byte (checked against megatron-core's output below).
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import struct
@@ -18,7 +17,7 @@ import pytest
 import torch
 
 import seqloader
-from seqloader.testing import assert_resumes_exactly
+from seqloader.testing import assert_batches_equal, assert_resumes_exactly, json_round_trip, run_saving_after
 
 MAGIC = b"MMIDIDX\x00\x00"
 CODES = {np.uint8: 1, np.int8: 2, np.int16: 3, np.int32: 4, np.int64: 5, np.float64: 6, np.float32: 7, np.uint16: 8}
@@ -151,18 +150,12 @@ def _loader(prefix, num_workers):
 
 
 def test_a_loader_resumes_mid_epoch_exactly(prefix):
-    whole = list(_loader(prefix, 0))
-    loader = _loader(prefix, 0)
-    it = iter(loader)
-    first = [next(it) for _ in range(5)]
-    state = json.loads(json.dumps(loader.state_dict()))
+    whole, state = run_saving_after(_loader(prefix, 0), 4)   # (seqloader.testing, as test_token_windows.py)
+    state = json_round_trip(state)
     assert state["files"][0]["files"] == 2
     resumed = _loader(prefix, 0)
     resumed.load_state_dict(state)
-    rest = list(resumed)
-    assert len(first) + len(rest) == len(whole)
-    for a, b in zip(first + rest, whole):
-        assert torch.equal(a, b)
+    assert_batches_equal(whole[:5] + list(resumed), whole)
 
 
 @pytest.mark.mp

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import pickle
 
@@ -12,7 +11,7 @@ import pytest
 import torch
 
 import seqloader
-from seqloader.testing import assert_resumes_exactly
+from seqloader.testing import assert_batches_equal, assert_resumes_exactly, json_round_trip, run_saving_after
 
 
 @pytest.fixture
@@ -105,19 +104,13 @@ def _loader(paths, num_workers):
 
 def test_a_loader_resumes_mid_epoch_exactly(files):
     paths, arrays = files
-    whole = list(_loader(paths, 0))
+    whole, state = run_saving_after(_loader(paths, 0), 2)   # (seqloader.testing, as test_megatron.py)
     assert all(b.dtype == torch.uint16 and b.shape[1] == 9 for b in whole)
-    loader = _loader(paths, 0)
-    it = iter(loader)
-    first = [next(it) for _ in range(3)]
-    state = json.loads(json.dumps(loader.state_dict()))
+    state = json_round_trip(state)
     assert state["files"][0]["files"] == 3
     resumed = _loader(paths, 0)
     resumed.load_state_dict(state)
-    rest = list(resumed)
-    assert len(first) + len(rest) == len(whole)
-    for a, b in zip(first + rest, whole):
-        assert torch.equal(a, b)
+    assert_batches_equal(whole[:3] + list(resumed), whole)
     got = sorted(tuple(r.tolist()) for b in whole for r in b)
     assert got == sorted(tuple(w.tolist()) for w in expected(arrays, 9, 8))
 

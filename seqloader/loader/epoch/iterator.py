@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from seqloader.loader.epoch.batches import EpochBatches
 from seqloader.loader.rngs.snapshots import Snapshot
@@ -132,6 +132,9 @@ class Opened:
         start: the sample position this was opened at.
         watermark: the items of ``seq`` consumed so far (a watermark and those consumed past it).
         step: the global step of item 0 (map-style: the batch at ``start``).
+        unread: a custom sampler's epoch before its first ``next()`` (its indices are read then,
+            once: ``seq`` is empty and ``source`` the started workers, if any): the iterator's
+            ``len`` until then (torch's ``len(index_sampler)``); ``None`` once read.
     """
 
     seq: Any
@@ -142,6 +145,7 @@ class Opened:
     start: int
     watermark: Watermark
     step: int = 0
+    unread: Optional[Callable[[], int]] = None
 
 
 class LoaderIterator:

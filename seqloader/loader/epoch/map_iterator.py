@@ -33,6 +33,7 @@ class MapIterator(LoaderIterator):
     The epoch's order is settled at the first ``next()``, not at ``iter()``: frameworks call
     ``set_epoch`` (on the loader or on its sampler) after ``iter()``, and if that changed what the
     loader reads, ``reopen`` returns the epoch to read instead (the workers' read-ahead is dropped).
+    A custom sampler is iterated there, once (``opened.unread`` until then).
 
     A batch whose computation raises is consumed, as in torch: the error propagates, the progress
     counts the batch as done and the next ``next()`` reads the following batch. After the last
@@ -53,7 +54,8 @@ class MapIterator(LoaderIterator):
         return len(opened.seq) - opened.watermark.low - len(opened.watermark.above)  # it counts from 0
 
     def __len__(self) -> int:
-        return len(self._opened.seq)
+        unread = self._opened.unread  # a custom sampler's epoch before its first next(): torch's len
+        return len(self._opened.seq) if unread is None else unread()
 
     def _settle(self) -> None:
         """Before the first batch: read another epoch if ``set_epoch`` changed it since ``iter()``."""

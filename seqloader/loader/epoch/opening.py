@@ -5,7 +5,8 @@
 recipe's batches, or an ``IterableDataset``'s streams), read from this process or from the
 workers (started here: like torch, a failing ``worker_init_fn`` raises at ``iter()``), with the
 items already yielded out of order (``ahead``) skipped, and :func:`new_iterator` is ``iter(loader)``
-around them. A map-style epoch first sizes its sources' caches of decoded blocks
+around them (a custom sampler's epoch is opened by :func:`open_unread_epoch`: its workers start,
+its sampler is iterated at the first ``next()``, once). A map-style epoch first sizes its sources' caches of decoded blocks
 (:mod:`seqloader.loader.epoch.block_caches`), before its workers start. They read the loader's public settings only
 (:class:`~seqloader.loader.settings.Settings`); the loader passes its parts (reading, epochs and
 progress, workers, stats). :class:`Reopen` is a map-style iterator's one ``reopen`` callable: the
@@ -33,7 +34,7 @@ from seqloader.loader.torch_compat import pin_device
 from seqloader.loader.epoch.watermark import Watermark
 from seqloader.loader.workers.pool import Workers
 
-__all__ = ["Reopen", "StreamRespawn", "new_iterator", "open_map_epoch", "open_stream_epoch"]
+__all__ = ["Reopen", "StreamRespawn", "new_iterator", "open_map_epoch", "open_stream_epoch", "open_unread_epoch"]
 
 _log = logging.getLogger("seqloader")
 
@@ -68,47 +69,68 @@ class StreamRespawn:
 
 def _opened(loader: Settings, progress: Progress, workers: Workers, stats: LoaderStats, seq: Any,
             skip: frozenset, mark_from: int, streams: bool, reuse: Any = None,
-            respawn: Optional[StreamRespawn] = None, depth: Optional[int] = None) -> Opened:
+            respawn: Optional[StreamRespawn] = None, unread: Optional[Callable[[], int]] = None,
+            depth: Optional[int] = None) -> Opened:
     source, unordered = seq, False
     if reuse is not None and len(seq) > 0:  # the same epoch's workers, pointed at the new recipe
         reuse.reset(seq)
         source = reuse
-    elif loader.num_workers > 0 and len(seq) > 0:
+    elif loader.num_workers > 0 and (len(seq) > 0 or unread is not None):
         # a stream's items must stay on their worker (affinity); batches may go to any free one
         source = workers.open(loader, seq, progress.epoch, affinity=loader.in_order or streams, respawn=respawn,
                               describe=describe_batch, depth=depth)
         source.start()
         stats.attach(source)
         # an in-order read would compute skipped items (the workers read ahead): take them
-        unordered = not loader.in_order or (streams and bool(skip))
+        unordered = unread is None and (not loader.in_order or (streams and bool(skip)))
         if unordered:
             source.seek(mark_from, skip=skip)
     owned = source is not seq and not workers.is_persistent(source)
     return Opened(seq, source, owned, unordered, progress.mark(), progress.position, Watermark(mark_from, skip),
-                  progress.step)
+                  progress.step, unread)
 
 
 def open_map_epoch(loader: Settings, reading: Any, progress: Progress, workers: Workers,
-                   stats: LoaderStats, reuse: Any = None) -> Opened:
+                   stats: LoaderStats, reuse: Any = None, unread: bool = False) -> Opened:
     """The progress's epoch of a map-style dataset, from its position, with the recipe changes
     pending for it placed (``reuse``: a live ``Prefetch`` of the same epoch to re-target instead
-    of starting workers)."""
+    of starting workers; ``unread``: it is the one :func:`open_unread_epoch` started, which has
+    computed nothing: an out-of-order read seeks it as fresh workers)."""
     reading.control.resolve(reading.recipe(loader))
     seq, skip = epoch_batches(reading.recipe(loader), progress)
-    if reuse is None:   # (before workers start: processes and actors get the sizes with the dataset)
+    if reuse is None and not unread:   # (before workers start: processes and actors get the sizes with the dataset)
         size_block_caches(loader.dataset, reading.seekable, loader.num_workers, loader.executor, loader.in_order)
     # an in-order read of a block shuffle waits for a window's decode: read deeper (unless given)
     deeper = None if loader.prefetch_factor_given or not loader.in_order or not loader.num_workers else \
         prefetch_depth(loader.dataset, reading.seekable, loader.batch_size, loader.executor)
-    return _opened(loader, progress, workers, stats, seq, skip, 0, streams=False, reuse=reuse, depth=deeper)
+    opened = _opened(loader, progress, workers, stats, seq, skip, 0, streams=False, reuse=reuse, depth=deeper)
+    if unread and reuse is not None and opened.source is reuse and not loader.in_order:
+        opened.unordered = True
+        reuse.seek(0, skip=skip)
+    return opened
+
+
+def open_unread_epoch(loader: Settings, reading: Any, progress: Progress, workers: Workers,
+                      stats: LoaderStats) -> Opened:
+    """``iter()`` of a custom sampler's epoch: the workers start (a failing ``worker_init_fn``
+    raises here, as torch's), but the sampler is not iterated yet: :class:`Reopen` reads it, once,
+    at the first ``next()``, after any ``set_epoch`` made in between (Lightning's). The workers
+    compute nothing before that read in any case (a ``Prefetch`` submits at its first read)."""
+    custom = reading.custom
+    assert custom is not None  # a custom sampler's loader
+    size_block_caches(loader.dataset, reading.seekable, loader.num_workers, loader.executor, loader.in_order)
+    return _opened(loader, progress, workers, stats, (), frozenset(), 0, streams=False,
+                   unread=functools.partial(custom.batches, loader.batch_size, loader.drop_last))
 
 
 class Reopen:
     """A map-style iterator's ``reopen(current, used_up, settle)``: the epoch to read instead of
     ``current`` (``None``: read on), at its first ``next()`` if a ``set_epoch`` since ``iter()``
-    changed it (``settle``; or the sampler the loader follows changed its order), or after a
-    recipe change (the same workers read on from the frontier). Whether ``current`` is stale is
-    ``progress.mark().since(current.mark)`` (:class:`~seqloader.loader.state.progress.Mark`).
+    changed it (``settle``; or the sampler the loader follows changed its order) or if it is a
+    custom sampler's epoch not read yet (``current.unread``: read now, on the same workers unless
+    the epoch changed), or after a recipe change (the same workers read on from the frontier).
+    Whether ``current`` is stale is ``progress.mark().since(current.mark)``
+    (:class:`~seqloader.loader.state.progress.Mark`).
     """
 
     def __init__(self, loader: Settings, reading: Any, epochs: EpochControl, workers: Workers,
@@ -118,18 +140,24 @@ class Reopen:
 
     def __call__(self, current: Opened, used_up: bool, settle: bool) -> Optional[Opened]:
         progress = self._epochs.progress
-        stale = self._epochs.settle(used_up) if settle else False
+        unread = current.unread is not None
+        if unread:  # (whether the epoch is used up: read its indices, only if a set_epoch asks)
+            left: Callable[[], bool] = lambda: self._reading.used_up(self._loader, progress)  # noqa: E731
+        else:
+            left = lambda: used_up  # noqa: E731
+        stale = self._epochs.settle(left) if settle else False
         change = progress.mark().since(current.mark)
-        if change is Change.NONE and not stale:
+        if change is Change.NONE and not stale and not unread:
             return None
         reuse = None
         if current.owned and not current.source.closed:
-            if change is not Change.EPOCH and not stale:
+            if change is not Change.EPOCH and (unread or not stale):  # (unread: nothing was computed)
                 reuse = current.source
             else:  # its workers (seeded for its epoch) go before new ones start
                 self._stats.refresh()
                 current.source.close()
-        opened = open_map_epoch(self._loader, self._reading, progress, self._workers, self._stats, reuse)
+        opened = open_map_epoch(self._loader, self._reading, progress, self._workers, self._stats, reuse,
+                                unread=unread)
         self._stats.reading(progress.epoch)
         return opened
 
@@ -179,7 +207,11 @@ def new_iterator(loader: Settings, reading: Any, epochs: EpochControl, workers: 
                                                                                    loader.num_workers))
     else:
         epochs.look()
-        it = map_iterator(open_map_epoch(loader, reading, progress, workers, stats), progress, generation, stats, device,
-                         loader.timeout, window, reopen=Reopen(loader, reading, epochs, workers, stats), owner=loader)
+        if reading.custom is not None:  # its sampler is iterated at the first next(), once
+            opened = open_unread_epoch(loader, reading, progress, workers, stats)
+        else:
+            opened = open_map_epoch(loader, reading, progress, workers, stats)
+        it = map_iterator(opened, progress, generation, stats, device, loader.timeout, window,
+                          reopen=Reopen(loader, reading, epochs, workers, stats), owner=loader)
     stats.opened()  # what iter() took (worker start-up) is its own line: startup_s
     return it

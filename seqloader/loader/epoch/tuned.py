@@ -341,7 +341,8 @@ class TunedIterator(MapIterator):
         self._pending: Optional[Config] = None
         self._cpu: Optional[float] = None   # the CPU seconds of this thread over the latest batch computed here
         self._delivered = 0
-        tuning.check_pickles(self._opened.seq, view.dataset, view.worker_init_fn)
+        seq = self._opened.seq if self._opened.unread is None else view.collate_fn  # (unread: a custom sampler's)
+        tuning.check_pickles(seq, view.dataset, view.worker_init_fn)
 
     def _next(self) -> Any:
         """The pending switch (inside ``next()``: part of the loop's wait for this batch), then the

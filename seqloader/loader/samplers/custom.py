@@ -1,7 +1,9 @@
 """L3: a user's own ``sampler`` or ``batch_sampler``: its indices per epoch, and their resume state.
 
-A custom sampler is iterated (indices only, the dataset is not read) once at the start of each
-epoch, inside :func:`~seqloader.loader.rngs.seeding.sampler_globals` so that one drawing from the
+A custom sampler is iterated (indices only, the dataset is not read) once per epoch, at the
+iterator's first ``next()`` (as torch's single-process loader iterates it: a ``set_epoch`` made
+between ``iter()`` and the first batch, as Lightning makes it, is the epoch read; until then
+``len(iterator)`` is torch's, :meth:`CustomOrder.batches`), inside :func:`~seqloader.loader.rngs.seeding.sampler_globals` so that one drawing from the
 global RNGs gives the same order for the same ``(seed, epoch)``. What is saved with the loader's
 position to resume that epoch:
 
@@ -80,6 +82,21 @@ class CustomOrder:
 
     def __len__(self) -> int:
         return len(self._source)
+
+    def batches(self, batch_size: Optional[int], drop_last: bool) -> int:
+        """torch's ``len(index_sampler)``: the epoch's batches, from the samplers' ``len`` (nothing is
+        iterated); a sampler without ``len`` raises torch's ``TypeError``.
+
+        Example:
+            >>> CustomOrder(sampler=range(5), batch_sampler=None).batches(2, drop_last=False)
+            3
+            >>> CustomOrder(sampler=range(5), batch_sampler=None).batches(2, drop_last=True)
+            2
+        """
+        if self.batch_sampler is not None or batch_size is None:
+            return len(self._source)
+        n = len(self.sampler)
+        return n // batch_size if drop_last else -(-n // batch_size)
 
     def _read(self, epoch: int, seed: int, derivation: int) -> _EpochIndices:
         owner = self.epoch_owner()

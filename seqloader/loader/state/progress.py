@@ -275,16 +275,17 @@ class EpochControl:
             now = not progress.begun or used_up()
         progress.set_epoch(epoch, now)
 
-    def settle(self, used_up: bool) -> bool:
+    def settle(self, used_up: Callable[[], bool]) -> bool:
         """At an iterator's first ``next()``: follow a sampler's ``set_epoch`` made since ``iter()``
-        (:meth:`look`). Returns whether the order must be read again although the loader's epoch and
+        (:meth:`look`; ``used_up``: whether nothing of the current epoch is left, asked only when
+        needed). Returns whether the order must be read again although the loader's epoch and
         position did not change (the sampler's new epoch changes its indices)."""
         if self._owner is None:
             return False
         now = getattr(self._owner, "epoch", None)
         if now == self._seen or not isinstance(now, int):
             return False
-        self.move(now, lambda: used_up)
+        self.move(now, used_up)
         if self.progress.begun:  # mid-epoch (a resumed one): read on as it began
             return False
         if self._forget is not None:

@@ -74,15 +74,21 @@ class TorchWorkerSetup:
             self.user_fn(worker_id)
 
 
-def check_worker_restarts(value: Any, num_workers: Any) -> int:
-    """``DataLoader(max_worker_restarts=)`` as a non-negative int; it needs worker processes.
+def check_worker_restarts(value: Any, num_workers: Any, options: Optional[ExecutorOptions] = None) -> int:
+    """``DataLoader(max_worker_restarts=)`` as a non-negative int; it needs worker processes
+    (``options``: the loader's executor): a dead worker process is replaced alone, but a thread
+    worker cannot be: a crash in it (a segfault, ``os._exit``) ends the training process it shares.
 
     Example:
+        >>> from seqloader import ThreadWorkers
         >>> check_worker_restarts(2, num_workers=4)
         2
         >>> check_worker_restarts(1, num_workers=0)
         Traceback (most recent call last):
         ValueError: DataLoader: max_worker_restarts=1 needs num_workers > 0 (got num_workers=0): there is no worker process to replace
+        >>> check_worker_restarts(3, num_workers=2, options=ThreadWorkers())
+        Traceback (most recent call last):
+        ValueError: DataLoader: max_worker_restarts=3 needs worker processes (got worker_method='thread'): a thread worker cannot be replaced alone, as a worker process is; a crash in it ends the training process it shares. Use worker processes (threads_per_worker=k for threads inside them), or max_worker_restarts=0
     """
     n = check_int("DataLoader", "max_worker_restarts", value)
     if n < 0:
@@ -91,6 +97,11 @@ def check_worker_restarts(value: Any, num_workers: Any) -> int:
     if n and num_workers == 0:
         raise ValueError(f"DataLoader: max_worker_restarts={n} needs num_workers > 0 (got num_workers=0): "
                          "there is no worker process to replace")
+    if n and options is not None and options.in_this_process:
+        raise ValueError(f"DataLoader: max_worker_restarts={n} needs worker processes (got worker_method="
+                         f"{options.word!r}): a thread worker cannot be replaced alone, as a worker process is; a "
+                         "crash in it ends the training process it shares. Use worker processes "
+                         "(threads_per_worker=k for threads inside them), or max_worker_restarts=0")
     return n
 
 
@@ -179,9 +190,9 @@ class Workers:
         thread_setup: Optional[ThreadWorkerSetup] = None
         setup: Callable[[int], None]
         if options.in_this_process:  # thread workers: torch's set-up per thread, nothing sent or replaced
+            # (max_worker_restarts > 0 was refused at construction: check_worker_restarts)
             setup = ThreadWorkerSetup(n, base, dataset, user_fn, stages, self.probe,
                                       copy_dataset=isinstance(dataset, torch.utils.data.IterableDataset))
-            restarts = 0
         else:  # processes (worker processes, Ray actors): torch's set-up per process, the dataset sent once
             setup, shared = TorchWorkerSetup(n, base, dataset, user_fn, stages, options.threads), dataset
             if options.threads > 1:

@@ -19,7 +19,7 @@ import signal
 import pytest
 import torch
 
-from seqloader import DataLoader
+from seqloader import DataLoader, ThreadWorkers
 from seqloader.testing import assert_batches_equal, json_round_trip
 
 
@@ -228,6 +228,17 @@ def test_the_keyword_is_checked():
         DataLoader(range(4), num_workers=1, max_worker_restarts=-1)
     with pytest.raises(TypeError, match="max_worker_restarts must be an int"):
         DataLoader(range(4), num_workers=1, max_worker_restarts=True)
+
+
+@pytest.mark.parametrize("method", ["thread", ThreadWorkers()], ids=["word", "options"])
+def test_thread_workers_refuse_max_worker_restarts_naming_it(method):
+    """A thread cannot be replaced alone (a crash in it ends the training process): refused at
+    construction, never silently dropped; threads inside worker processes keep it."""
+    with pytest.raises(ValueError, match=r"^DataLoader: max_worker_restarts=2 needs worker processes \(got "
+                                         r"worker_method='thread'\): a thread worker cannot be replaced alone"):
+        DataLoader(range(4), num_workers=2, worker_method=method, max_worker_restarts=2)
+    assert DataLoader(range(4), num_workers=2, worker_method=method).max_worker_restarts == 0
+    assert DataLoader(range(4), num_workers=2, threads_per_worker=2, max_worker_restarts=2).max_worker_restarts == 2
 
 
 class Gated(torch.utils.data.Dataset):
