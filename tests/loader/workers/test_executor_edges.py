@@ -141,7 +141,7 @@ def waiting_stats(executor="process", busy=18.0, cpu=2.0):
 
 
 def test_the_hint_never_advises_threads_on_a_busy_machine(monkeypatch):
-    monkeypatch.setattr("seqloader.loader.tuning.stats.machine_busy", lambda: (3.7, 2))
+    monkeypatch.setattr("seqloader.loader.tuning.epoch_stats.machine_busy", lambda: (3.7, 2))
     hint = waiting_stats().hint(2, 8)
     assert "the machine is busy (load 3.7 on 2 cores)" in hint and "worker_method='thread'" not in hint
 
@@ -159,7 +159,7 @@ class OpensAFile(torch.utils.data.Dataset):
 
 
 def test_the_hint_says_threads_are_unsafe_for_a_dataset_holding_open_files(monkeypatch):
-    monkeypatch.setattr("seqloader.loader.tuning.stats.machine_busy", lambda: None)
+    monkeypatch.setattr("seqloader.loader.tuning.epoch_stats.machine_busy", lambda: None)
     hint = waiting_stats().hint(2, 8, dataset=OpensAFile())
     assert "holds open file objects (f) that threads would share" in hint
     advised = waiting_stats().hint(2, 8, dataset=list(range(10)))

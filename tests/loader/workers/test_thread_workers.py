@@ -407,7 +407,7 @@ def epoch_stats(executor, busy, cpu, wait_s=8.0, work_s=2.0, n=2):
 
 
 def test_the_hint_says_which_executor_fits(monkeypatch):
-    monkeypatch.setattr("seqloader.loader.tuning.stats.machine_busy", lambda: None)  # a machine with cores to spare
+    monkeypatch.setattr("seqloader.loader.tuning.epoch_stats.machine_busy", lambda: None)  # a machine with cores to spare
     waiting = epoch_stats("process", busy=18.0, cpu=2.0).hint(2, 8)
     assert "on the CPU 11% of their busy time (they wait on I/O, with cores to spare): worker_method='thread'" in waiting
     turns = epoch_stats("thread", busy=19.0, cpu=9.5, n=4).hint(4, 8)
