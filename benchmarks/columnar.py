@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -37,7 +38,7 @@ import seqloader
 from benchmarks.common import Options, Row
 from benchmarks.threads_data import with_cpu
 
-__all__ = ["COLUMNAR_WORKLOADS", "columnar_budget", "write_issue_files"]
+__all__ = ["COLUMNAR_WORKLOADS", "columnar_budget", "issue_files", "least_seconds", "write_issue_files"]
 
 BATCH = 64
 
@@ -186,23 +187,35 @@ def _budget(folder: str) -> dict[str, float]:
             "the loader's own bookkeeping per batch": loader - source_us - collate}
 
 
-def columnar_budget(opts: Options) -> list[Row]:
-    """The pyarrow scan and seqloader's ``num_workers=0`` epoch, alternated, then a batch's budget."""
-    files, rows, group = (4, 500, 100) if opts.quick else (20, 5000, 1000)
+@contextlib.contextmanager
+def issue_files(opts: Options) -> Iterator[tuple[str, list[str], tuple[int, int, int]]]:
+    """``(folder, paths, (files, rows, group))``: the issue's files (:func:`write_issue_files`; small
+    ones with ``--quick``) in a temporary folder, removed when the block ends."""
+    sizes = (4, 500, 100) if opts.quick else (20, 5000, 1000)
     tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
     try:
         folder = os.path.join(tmp, "tokens")
-        paths = write_issue_files(folder, files, rows, group)
-        runs = {"scan": lambda: _scan(paths), "seqloader": lambda: _seqloader(folder)}
-        cpu: dict[str, float] = {}
-        timed = {**with_cpu(runs, cpu), "fresh": lambda: _fresh(folder, cpu)}
-        best = dict.fromkeys(timed, float("inf"))
-        for _ in range(max(3, opts.repeat)):
-            for label, run in timed.items():
-                best[label] = min(best[label], run())
-        budget = _budget(folder)
+        yield folder, write_issue_files(folder, *sizes), sizes
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def least_seconds(runs: dict[str, Callable[[], float]], opts: Options) -> dict[str, float]:
+    """Each run's least seconds over ``max(3, --repeat)`` rounds, the runs alternated in each."""
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(max(3, opts.repeat)):
+        for label, run in runs.items():
+            best[label] = min(best[label], run())
+    return best
+
+
+def columnar_budget(opts: Options) -> list[Row]:
+    """The pyarrow scan and seqloader's ``num_workers=0`` epoch, alternated, then a batch's budget."""
+    with issue_files(opts) as (folder, paths, (files, rows, group)):
+        runs = {"scan": lambda: _scan(paths), "seqloader": lambda: _seqloader(folder)}
+        cpu: dict[str, float] = {}
+        best = least_seconds({**with_cpu(runs, cpu), "fresh": lambda: _fresh(folder, cpu)}, opts)
+        budget = _budget(folder)
     n = files * rows
     size = f"{files} files x {rows:,} rows, row groups of {group:,}, id/tokens(512 x int32)/label, batch {BATCH}"
     scan, ours = best["scan"], best["seqloader"]

@@ -14,16 +14,13 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from typing import Any, Callable
 
 from torch.utils.data import default_convert
 
 import seqloader
-from benchmarks.columnar import BATCH, _scan, write_issue_files
+from benchmarks.columnar import BATCH, _scan, issue_files, least_seconds
 from benchmarks.common import Options, Row
 from benchmarks.threads_data import RowIndex
 
@@ -70,18 +67,8 @@ def _loaders(folder: str, paths: list[str]) -> dict[str, Callable[[], float]]:
 
 def columnar_workers(opts: Options) -> list[Row]:
     """Each configuration's epoch and the pyarrow scan, alternated; see the module docstring."""
-    files, rows, group = (4, 500, 100) if opts.quick else (20, 5000, 1000)
-    tmp = tempfile.mkdtemp(prefix="seqloader-bench-")
-    try:
-        folder = os.path.join(tmp, "tokens")
-        paths = write_issue_files(folder, files, rows, group)
-        runs = {**_loaders(folder, paths), "scan": lambda: _scan(paths)}
-        best = dict.fromkeys(runs, float("inf"))
-        for _ in range(max(3, opts.repeat)):
-            for label, run in runs.items():
-                best[label] = min(best[label], run())
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with issue_files(opts) as (folder, paths, (files, rows, group)):
+        best = least_seconds({**_loaders(folder, paths), "scan": lambda: _scan(paths)}, opts)
     n = files * rows
     base, zero, scan = best["torch DataLoader over a map-style row index"], best["seqloader, 0 workers"], best["scan"]
     size = f"{files} files x {rows:,} rows, row groups of {group:,}, batch {BATCH}; persistent workers, warm"

@@ -19,7 +19,6 @@ Iterators get what they read when they are built and never call back into the lo
 
 from __future__ import annotations
 
-import os
 import weakref
 from typing import Any, Iterable, Optional, Sequence, TypeVar
 
@@ -36,6 +35,7 @@ from seqloader.loader.saving import check_loadable, state_of
 from seqloader.loader.state.state import LoaderState
 from seqloader.loader.tuning.stats import LoaderStats
 from seqloader.loader.tuning.trace import DEFAULT_MAX_EVENTS, Trace
+from seqloader.loader.tuning.watching import Watching
 from seqloader.loader.verbs import Verbs, documented
 from seqloader.loader.workers.pool import Workers, check_worker_restarts, executor_options, method_word
 from seqloader.prefetcher.options import ExecutorOptions, ProcessWorkers
@@ -212,104 +212,24 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
 
     # -- stats ---------------------------------------------------------------------------------
 
+    def _watching(self) -> Watching:
+        return Watching(self, self._stats, self._tuning)
+
+    @documented(Watching.stats)
     def stats(self) -> dict:
-        """Where the time goes, for the current and the last epoch: is the loop waiting for data?
+        return self._watching().stats()
 
-        Returns:
-            ``{"current": {...} or None, "last": {...} or None, "resumes": int, "hint": str or None}``;
-            an epoch entry is ``EpochStats.as_dict()`` (``loader/tuning/stats.py``: ``wait_s``, ``work_s``,
-            ``input_bound``, ``startup_s``, ``workers``, ``stages``, ...). ``hint`` suggests more
-            workers when the loop is input-bound, names slow start-up and the slowest stage. With
-            ``autotune``, also ``"autotune"`` (its trials, choice and reason: ``docs/autotune.md``),
-            and ``hint`` is that measured reason.
-
-        Example:
-            >>> loader = DataLoader(range(8), batch_size=4, seed=0); _ = list(loader)
-            >>> s = loader.stats(); s["current"]["batches"], 0 <= s["current"]["input_bound"] <= 1
-            (2, True)
-        """
-        out = self._stats.report(self.num_workers, os.cpu_count(), self.persistent_workers, dataset=self.dataset)
-        if self._tuning is not None:  # measured, not guessed: the tuner's choice and its reason
-            out["autotune"] = self._tuning.report()
-            out["hint"] = out["autotune"]["reason"]
-        return out
-
+    @documented(Watching.trace)
     def trace(self, path: Any, *, max_events: int = DEFAULT_MAX_EVENTS) -> Trace:
-        """``with loader.trace(path):`` records a timeline of the workers and the training loop
-        while the block runs, and writes it to ``path`` when it exits (by an exception too): a
-        Chrome trace event file for Perfetto (ui.perfetto.dev, "Open trace file") or
-        ``chrome://tracing``. One lane per worker with an event per batch it computed (``"batch
-        b"``, its number in the epoch) and, with ``profile_stages=True``, per stage; a lane for the
-        training loop with each wait for data; microseconds of ``time.perf_counter_ns()``'s clock.
-        See ``docs/input_bound.md`` and ``loader/tuning/trace.py``.
+        return self._watching().trace(path, max_events=max_events)
 
-        Args:
-            path: the file to write (created at entry: an unwritable path fails there).
-            max_events: the most events kept (the first ones); beyond, a warning and
-                ``otherData["dropped_events"]`` in the file.
-
-        Returns:
-            The context manager (its ``dropped``: events not kept).
-
-        Raises:
-            ValueError: ``max_events`` is not positive, or a trace of this loader is already recording.
-            OSError: ``path`` cannot be written.
-
-        Example:
-            >>> import json, os, tempfile
-            >>> loader = DataLoader(range(8), batch_size=4, seed=0)
-            >>> path = os.path.join(tempfile.mkdtemp(), "trace.json")
-            >>> with loader.trace(path):
-            ...     batches = list(loader)
-            >>> events = json.load(open(path))["traceEvents"]
-            >>> [e["name"] for e in events if e["ph"] == "X"]   # num_workers=0: no worker lane
-            ['wait for data', 'wait for data']
-            >>> with loader.trace(path):
-            ...     loader.trace(path).__enter__()
-            Traceback (most recent call last):
-            ValueError: DataLoader.trace: a trace is already recording this loader (to '...'); record one at a time
-        """
-        return Trace(self._stats, path, max_events)
-
+    @documented(Watching.totals)
     def totals(self, count_samples: bool = False) -> dict:
-        """What the training loop consumed since this loader was built: a dashboard's counters.
+        return self._watching().totals(count_samples)
 
-        Unlike :meth:`stats` (the current and the last epoch), the numbers only grow: they sum
-        every epoch of this loader object (a loader resumed from a state in a new process starts at
-        0: a state holds positions, not measures). :func:`seqloader.export_metrics` reads them at
-        each scrape, from its own thread; reading changes no batch and no state.
-
-        Args:
-            count_samples: from now on, also count the samples in each batch delivered (the length
-                of its first tensor or array along dim 0, ``len()`` of a list of other things; one
-                per batch without automatic batching); ``samples`` is ``None`` until then.
-
-        Returns:
-            ``{"batches", "samples", "wait_s", "wait_buckets", "worker_restarts", "workers",
-            "input_bound"}``: batches consumed (returned or raised) and the seconds the loop waited
-            for them, those waits as a cumulative histogram (``((upper_bound_s, count), ...)``, 100 µs
-            to 10 s, then ``inf``), dead workers replaced, per worker index ``busy_s``/``cpu_s``/
-            ``items``/``restarts`` (read-ahead included), and the current epoch's input-bound
-            fraction (``loader/tuning/totals.py``).
-
-        Example:
-            >>> loader = DataLoader(range(10), batch_size=4, seed=0)
-            >>> loader.totals(count_samples=True)["samples"]
-            0
-            >>> _ = list(loader); _ = list(loader)
-            >>> t = loader.totals(); t["batches"], t["samples"], t["wait_buckets"][-1], t["workers"]
-            (6, 20, (inf, 6), [])
-        """
-        if count_samples:
-            self._stats.totals.count_samples(one_per_batch=self.batch_sampler is None)
-        return self._stats.read_totals()
-
+    @documented(Watching.log_stats)
     def log_stats(self, every_s: Optional[float]) -> None:
-        """Log a line on the ``seqloader.stats`` logger (INFO) at most every ``every_s`` seconds
-        while iterating (``None``: off, the default)."""
-        if every_s is not None and not every_s > 0:
-            raise ValueError(f"DataLoader.log_stats: every_s must be > 0 or None (got {every_s!r})")
-        self._stats.log_every_s = every_s
+        self._watching().log_stats(every_s)
 
     # -- state ---------------------------------------------------------------------------------
 

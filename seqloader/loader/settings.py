@@ -29,6 +29,7 @@ class Settings(Protocol):
     pin_memory_device: str
     timeout: float
     prefetch_factor: Optional[int]
+    persistent_workers: bool
     profile_stages: bool
 
     @property

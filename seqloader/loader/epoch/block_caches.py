@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+import numpy as np
+
 from seqloader.loader.pipeline.walk import pipeline_sources
 from seqloader.loader.samplers.shuffle import BlockShuffleSampler
 from seqloader.prefetcher.options import ProcessWorkers, ThreadWorkers
@@ -147,6 +149,5 @@ def prefetch_depth(dataset: Any, sampler: Any, batch_size: Optional[int], execut
             or sampler.window is None or not batch_size or not callable(getattr(dataset, "size_cache", None)) \
             or len(sampler.block_ends) == 0:
         return None
-    ends = sampler.block_ends
-    smallest = int(min(ends[0], (ends[1:] - ends[:-1]).min())) if len(ends) > 1 else int(ends[0])
+    smallest = int(np.diff(sampler.block_ends, prepend=0).min())   # a window's fewest rows, per block
     return max(2, min(MOST_PREFETCH, max(1, sampler.window) * smallest // (2 * batch_size)))
