@@ -30,6 +30,7 @@ class Settings(Protocol):
     timeout: float
     prefetch_factor: Optional[int]
     persistent_workers: bool
+    worker_init_fn: Any
     profile_stages: bool
 
     @property

@@ -104,6 +104,22 @@ class OrderPlan:
             idx = self.order.lookup(g % self.order.n) if g.size else []
         return first, (idx[0] if self.single else idx)
 
+    def peek(self, b: int) -> Any:
+        """Batch ``b``'s indices, as :meth:`batch` gives them, computed apart: an order's cache of
+        the positions being read (``_ChunkedOrder``) is left as it is (a look far ahead costs no
+        recomputation of the batches in between).
+
+        Example:
+            >>> p = OrderPlan(RangeOrder(9), start=0, batch_size=4, drop_last=False)
+            >>> p.peek(1) == p.batch(1)[1]
+            True
+        """
+        lo = self._offset(b)
+        hi = min(lo + (self.bs if self._sizes is None else self._sizes.size(self.first_step + b)), self.per_rank)
+        g = self.start + self.rank + np.arange(lo, hi, dtype=np.int64) * self.world
+        idx = self.order.lookup(g % self.order.n) if g.size else []
+        return idx[0] if self.single else idx
+
     def end_position(self, b: int) -> int:
         """The global position after batch ``b`` (past ``n`` for a padded last batch)."""
         return self.start + min(self._offset(b + 1), self.per_rank) * self.world

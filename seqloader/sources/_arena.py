@@ -16,6 +16,12 @@ process read the same source at once, so the arena is shared by them and follows
   parallel on different threads (pyarrow releases the GIL while it decodes).
 * **No deadlock.** A thread first decodes every block it claimed, and only then waits for the
   blocks that other threads claimed: a thread that others wait for never waits itself.
+* **Ahead of need.** :meth:`Arena.ahead` claims blocks a reader will need soon (the loader
+  knows them from its order: :mod:`seqloader.loader.epoch.read_ahead`) and decodes them on
+  background threads of the process, which end when none is left, so that no batch waits for a
+  whole window's decode. A claimed block whose decode has not begun is decoded by the first
+  reader that needs it (never waited for); one being decoded is waited for as above. A claim
+  only takes a free slot or one of an unpinned block.
 * **Pins.** :meth:`Arena.pinned` hands out the blocks pinned: a pinned block is never evicted
   and its *slot* never reused until the ``with`` block ends, so a batch may read views of it.
 * **Slots.** Each block is given one of ``capacity`` slot numbers when it is claimed (a free
@@ -41,11 +47,13 @@ the arena warns once (:class:`ArenaTooSmall`, a ``RuntimeWarning``) with the fix
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import warnings
 from typing import Callable, Generic, Optional, Sequence, TypeVar
 
 from seqloader.errors import check_positive_int
+from seqloader.threads.burst import Burst
 
 __all__ = ["Arena", "ArenaTooSmall", "WAIT_TIMEOUT"]
 
@@ -67,14 +75,15 @@ Decode = Callable[[list[int], list[Optional[int]]], Sequence[tuple[V, int]]]
 class _Entry:
     """A block being decoded (``done`` not set) or kept (``done`` set, ``value`` filled in)."""
 
-    __slots__ = ("done", "value", "error", "slot", "pins")
+    __slots__ = ("done", "value", "error", "slot", "pins", "started")
 
-    def __init__(self, slot: Optional[int]) -> None:
+    def __init__(self, slot: Optional[int], started: bool = True) -> None:
         self.done = threading.Event()
         self.value: object = None
         self.error: BaseException | None = None
         self.slot = slot
         self.pins = 0
+        self.started = started   # a thread is decoding it (False: claimed ahead, not begun yet)
 
 
 class Arena(Generic[V]):
@@ -116,6 +125,7 @@ class Arena(Generic[V]):
         self._evicted: collections.OrderedDict[int, int] = collections.OrderedDict()  # block -> claims then
         self._recent: collections.deque[bool] = collections.deque(maxlen=4 * self.capacity)  # was a claim "again"?
         self._warned = False
+        self._burst: Optional[Burst] = None   # the threads decoding ahead (made on first use)
 
     def counters(self) -> dict[str, int]:
         """A copy of the counters: ``blocks_decoded``, ``bytes_decoded``, ``blocks_waited`` (blocks
@@ -169,6 +179,9 @@ class Arena(Generic[V]):
                 if entry.done.is_set():
                     self._kept.move_to_end(b)
                     out[b] = entry.value  # type: ignore[assignment]  # a kept entry holds its value
+                elif not entry.started:   # claimed ahead and not begun: decoded here, not waited for
+                    entry.started = True
+                    mine.append((b, entry))
                 else:
                     theirs.append((b, entry))
                 entry.pins += 1
@@ -206,6 +219,53 @@ class Arena(Generic[V]):
             self._unpin(held)
             raise
         return out, held
+
+    def ahead(self, blocks: Sequence[int], decode: Decode[V], threads: int = 2) -> int:
+        """Decode in the background, ahead of need, those of ``blocks`` neither kept nor being
+        decoded, while a slot is free or held by an unpinned block (a pinned one is never evicted);
+        returns how many were claimed. Each claimed block is decoded by one of at most ``threads``
+        threads of this process (:class:`~seqloader.threads.burst.Burst`: they end when none is
+        left); a reader that needs a claimed block before its decode began decodes it itself (it
+        never waits behind the queue)."""
+        claims = []
+        with self._lock:
+            for b in blocks:
+                if b in self._entries:
+                    continue
+                slot = self._slot()
+                if slot is None:
+                    break
+                self._claimed(b)
+                entry = self._entries[b] = _Entry(slot, started=False)
+                claims.append((b, entry))
+            if claims and (self._burst is None or self._burst.num_threads != threads):
+                # (another loader's thread count: the old burst's threads end once its queue is
+                # empty; a claim it drops is decoded by the reader that needs it)
+                self._burst = Burst(f"seqloader-ahead-{self._op}", threads)
+            burst = self._burst
+        for b, entry in claims:
+            burst.submit(functools.partial(self._decode_ahead, b, entry, decode))  # type: ignore[union-attr]
+        return len(claims)
+
+    def close(self) -> None:
+        """Drop the decodes ahead not begun and join the threads running the others; idempotent."""
+        with self._lock:
+            burst, self._burst = self._burst, None
+        if burst is not None:
+            burst.close()
+
+    def _decode_ahead(self, b: int, entry: _Entry, decode: Decode[V]) -> None:
+        """A background thread: decode block ``b`` claimed by :meth:`ahead`, unless a reader began it already; its value
+        (or error) goes to the threads that wait for it, as for any decode. An error is not raised
+        here: the block is not kept, and the reader that needs it decodes it again (and raises)."""
+        with self._lock:
+            if entry.started or self._entries.get(b) is not entry:
+                return
+            entry.started = True
+        try:
+            self._decode([(b, entry)], decode, {})
+        except BaseException:   # (published to its waiters by _decode; a later reader tries again)
+            pass
 
     def _claimed(self, b: int) -> bool:
         """Count a claim of block ``b`` for decoding (under the lock); ``True`` once, at the claim

@@ -183,6 +183,36 @@ class TableSource(Source[Any]):
         state = self._slots.get() if state is None else state
         return state.arena.pinned(blocks, functools.partial(self._decode, state), self._block_name, items)
 
+    def decodes_ahead(self) -> bool:
+        """Whether :meth:`decode_ahead` decodes anything: local files, and a cache the loader sizes
+        (a remote read may retry with random jitter, a draw the loader's seeding must see, so it
+        stays in the reading thread; an explicit ``cache_blocks`` may have no room for another window)."""
+        return not self._files.remote and self._cache_cap is None
+
+    def decode_ahead(self, positions: Sequence[int], threads: int = 2) -> int:
+        """Begin decoding, on at most ``threads`` background threads of this process, the blocks
+        that reading ``positions`` will need and that are neither kept nor being decoded; returns
+        how many (:meth:`~seqloader.sources._arena.Arena.ahead`; 0 where :meth:`decodes_ahead`
+        is false). Nothing is read here, and what a later read returns is the same.
+        ``seqloader.DataLoader``'s thread workers call it a window ahead of a block shuffle
+        (:mod:`seqloader.loader.epoch.read_ahead`).
+
+        Example:
+            >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, seqloader
+            >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
+            >>> pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)
+            >>> src = seqloader.parquet(path, columnar=True)
+            >>> src.decode_ahead([4, 5, 9]), src.decode_ahead([5])    # row groups 2 and 4; then nothing new
+            (2, 0)
+            >>> src.__getitems__([4, 9])["x"].tolist(), src.counters()["blocks_decoded"]
+            ([4, 9], 2)
+        """
+        if not self.decodes_ahead():
+            return 0
+        blocks, _ = self._index.locate(self._positions(positions))
+        state = self._slots.get()
+        return state.arena.ahead(sorted(set(blocks.tolist())), functools.partial(self._decode, state), threads)
+
     def _decode(self, state: Slots, blocks: list[int], slots: list[int | None]) -> list[tuple[Block, int]]:
         """Read and convert ``blocks``, into their slots of ``state`` (called by the arena without its lock)."""
         if self._rows_per_slot is None:   # (threads racing here compute the same number)

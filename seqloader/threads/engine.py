@@ -125,13 +125,16 @@ class Runtime:
         on_setup: ``on_setup(k, error)`` under the lock once ``init`` returned or raised.
         on_exit: ``on_exit(k)`` last in thread ``k`` (the NOTE, 6).
         elastic: :meth:`push` starts threads, as many as queued jobs find no idle one.
+        idle_exit: a thread ends as soon as its lane has no job for it (with ``elastic``: a burst
+            of jobs starts threads, and none is left waiting once they are done).
     """
 
     def __init__(self, name: str, threads: int, *, lanes: int = 1, init: Optional[Callable[[int], None]] = None,
                  on_setup: Optional[Callable[[int, Optional[BaseException]], None]] = None,
-                 on_exit: Optional[Callable[[int], None]] = None, elastic: bool = False):
+                 on_exit: Optional[Callable[[int], None]] = None, elastic: bool = False, idle_exit: bool = False):
         self.pid = os.getpid()
-        self.name, self.num_threads, self.elastic = name, threads, elastic
+        self.name, self.num_threads, self.elastic, self.idle_exit = name, threads, elastic, idle_exit
+        self.serving = 0  # threads started that still take jobs (idle_exit: they end when none is left)
         self.init, self.on_setup, self.on_exit = init, on_setup, on_exit
         self.lock = threading.Lock()
         self.done = threading.Condition(self.lock)  # waiters (readers, map calls) wait here
@@ -160,11 +163,13 @@ class Runtime:
         self.threads[k], self.reported[k] = t, False
         self.live += 1
         self.starting += 1
+        self.serving += 1
         try:
             t.start()  # start() waits for the thread's bootstrap only, which does not take the lock
         except BaseException:
             self.live -= 1
             self.starting -= 1
+            self.serving -= 1
             raise
 
     def start(self, k: int) -> None:
@@ -198,7 +203,12 @@ class Runtime:
         for job in jobs:
             self.queues[job.lane].append(job)
             lanes.add(job.lane)
-        if self.elastic:
+        if self.elastic and self.idle_exit:   # threads end when idle: start one per job no thread takes
+            queued = sum(len(q) for q in self.queues)
+            while self.serving - self.active < queued and self.serving < self.num_threads:
+                free = [k for k, t in enumerate(self.threads) if t is None or not t.is_alive()]
+                self.start_locked(free[0] if free else len(self.threads))
+        elif self.elastic:
             queued = sum(len(q) for q in self.queues)
             want = min(self.num_threads, len(self.threads) + max(0, queued - self.idle))
             while len(self.threads) < want:
@@ -236,6 +246,9 @@ class Runtime:
                     return job
                 self.done.notify_all()  # a waiter may be waiting for its skipped jobs
                 continue
+            if self.idle_exit:
+                self.serving -= 1
+                return None
             self.idle += 1
             try:
                 self.wakeup[lane].wait(CHECK_INTERVAL)

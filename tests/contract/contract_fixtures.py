@@ -67,8 +67,9 @@ def no_leaks(request):
 
 
 def thread_workers() -> set:
-    """The live thread workers (threads named ``seqloader-worker-*``)."""
-    return {t for t in threading.enumerate() if t.name.startswith("seqloader-worker-") and t.is_alive()}
+    """The live thread workers (threads named ``seqloader-worker-*``) and decode threads (``seqloader-ahead-*``)."""
+    return {t for t in threading.enumerate() if t.name.startswith(("seqloader-worker-", "seqloader-ahead-"))
+            and t.is_alive()}
 
 
 def _thread_workers() -> list:

@@ -162,12 +162,19 @@ class EpochBatches(LazySequence):
         #: a batch may draw from the global RNGs: seed them (and keep the caller's) per batch
         #: (:mod:`seqloader.loader.rngs.draws`)
         self.draws_globals = batch_draws_globals(dataset, collate_fn)
+        #: the next window's blocks asked for early (:mod:`seqloader.loader.epoch.read_ahead`), or None
+        self.read_ahead: Optional[Callable[[Any, Any, int], None]] = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_fetch": None}   # (made again where it is unpickled)
 
     def __len__(self) -> int:
         return len(self._plan)
+
+    @property
+    def dataset(self) -> Any:
+        """The dataset the batches read (the epoch's: a recipe change may have replaced the loader's)."""
+        return self._dataset
 
     def _item(self, b: int) -> Any:
         return self._batch(b, False)
@@ -180,6 +187,8 @@ class EpochBatches(LazySequence):
 
     def _batch(self, b: int, in_slot: bool) -> Any:
         key, indices = self._plan.batch(b)
+        if self.read_ahead is not None:
+            self.read_ahead(self._dataset, self._plan, b)
         if self.draws_globals:
             seed_globals(self._seed, self._epoch, key, self._derivation)
         watched = watch_globals(self._epoch)  # a thread worker: does it draw from the shared globals?

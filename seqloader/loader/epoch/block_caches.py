@@ -36,7 +36,7 @@ MOST_PREFETCH = 32
 
 
 def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_workers: int, executor: Any,
-                  affinity: bool = True) -> int:
+                  affinity: bool = True, ahead: bool = False) -> int:
     """The decoded blocks one process's cache must keep so that a block shuffle decodes each block
     once per epoch in that process.
 
@@ -50,7 +50,9 @@ def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_worker
     So ``window * (lanes_read + 1)``, at most ``num_blocks`` (``window=None``, a full shuffle, is
     one window of every block; ``window=0``, no shuffle, reads one block at a time in each lane).
     Without the extra window, the blocks of the crossing batch find no free slot: they are kept
-    outside the reused buffers, and the next window's batches gather block by block.
+    outside the reused buffers, and the next window's batches gather block by block. With
+    ``ahead`` (the next window of each lane decoded while the current one is read:
+    :mod:`seqloader.loader.epoch.read_ahead`) one window more per lane read.
 
     Args:
         window: the sampler's ``window`` (``None``: a full shuffle).
@@ -60,6 +62,7 @@ def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_worker
         executor: the loader's ``executor`` (:class:`~seqloader.prefetcher.options.ProcessWorkers`,
             :class:`~seqloader.prefetcher.options.ThreadWorkers` or a ``RayWorkers``).
         affinity: batches go to worker ``b % num_workers`` (the loader's ``in_order=True``).
+        ahead: the loader decodes each lane's next window ahead.
 
     Returns:
         An int ``>= 1``.
@@ -75,6 +78,8 @@ def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_worker
         (16, 20)
         >>> blocks_in_use(None, 1, 100, 0, ProcessWorkers()), blocks_in_use(0, 1, 100, 0, ProcessWorkers())
         (100, 2)
+        >>> blocks_in_use(8, 2, 100, 2, ThreadWorkers(), ahead=True), blocks_in_use(8, 1, 100, 0, None, ahead=True)
+        (40, 24)
     """
     w = max(1, num_blocks) if window is None else max(1, window)
     lanes = max(1, lanes)
@@ -82,14 +87,16 @@ def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_worker
         lanes_read = lanes
     else:   # a process (or a Ray actor) per worker, each with its cache
         lanes_read = lanes // math.gcd(lanes, num_workers) if affinity else lanes
-    need = w * (lanes_read + 1)
+    need = w * (lanes_read * (2 if ahead else 1) + 1)
     return max(1, min(need, max(1, num_blocks)))
 
 
-def size_block_caches(dataset: Any, sampler: Any, num_workers: int, executor: Any, affinity: bool = True) -> None:
+def size_block_caches(dataset: Any, sampler: Any, num_workers: int, executor: Any, affinity: bool = True,
+                      ahead: bool = False) -> None:
     """Tell each source of ``dataset`` that sizes its cache itself (``cache_blocks=None``) how many
-    blocks this loader's readers use at once (:func:`blocks_in_use`), when ``sampler`` is a
-    :class:`~seqloader.BlockShuffleSampler`; otherwise nothing changes.
+    blocks this loader's readers use at once (:func:`blocks_in_use`; ``ahead``: with each lane's
+    next window decoded ahead), when ``sampler`` is a :class:`~seqloader.BlockShuffleSampler`;
+    otherwise nothing changes.
 
     Example:
         >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, seqloader
@@ -109,7 +116,7 @@ def size_block_caches(dataset: Any, sampler: Any, num_workers: int, executor: An
     if not sources:
         return
     blocks = blocks_in_use(sampler.window, sampler.lanes or 1, len(sampler.block_ends), num_workers, executor,
-                           affinity)
+                           affinity, ahead)
     for src in sources:
         src.size_cache(blocks)
 

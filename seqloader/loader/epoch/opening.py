@@ -22,6 +22,7 @@ import logging
 from typing import Any, Callable, Optional
 
 from seqloader.loader.epoch.block_caches import prefetch_depth, size_block_caches
+from seqloader.loader.epoch.read_ahead import read_ahead
 from seqloader.loader.epoch.map_iterator import MapIterator
 from seqloader.loader.epoch.iterable_iterator import IterableIterator
 from seqloader.loader.epoch.iterator import Opened, describe_batch, read_window
@@ -70,9 +71,11 @@ class StreamRespawn:
 def _opened(loader: Settings, progress: Progress, workers: Workers, stats: LoaderStats, seq: Any,
             skip: frozenset, mark_from: int, streams: bool, reuse: Any = None,
             respawn: Optional[StreamRespawn] = None, unread: Optional[Callable[[], int]] = None,
-            depth: Optional[int] = None) -> Opened:
+            depth: Optional[int] = None, in_process: bool = False) -> Opened:
     source, unordered = seq, False
-    if reuse is not None and len(seq) > 0:  # the same epoch's workers, pointed at the new recipe
+    if in_process:   # (the batches are cut in this thread; thread workers decode ahead: read_ahead)
+        pass
+    elif reuse is not None and len(seq) > 0:  # the same epoch's workers, pointed at the new recipe
         reuse.reset(seq)
         source = reuse
     elif loader.num_workers > 0 and (len(seq) > 0 or unread is not None):
@@ -98,12 +101,16 @@ def open_map_epoch(loader: Settings, reading: Any, progress: Progress, workers: 
     computed nothing: an out-of-order read seeks it as fresh workers)."""
     reading.control.resolve(reading.recipe(loader))
     seq, skip = epoch_batches(reading.recipe(loader), progress)
+    # thread workers over a block source decode ahead; the batches are cut here (read_ahead)
+    seq.read_ahead = read_ahead(loader, seq.dataset, reading.seekable)
     if reuse is None and not unread:   # (before workers start: processes and actors get the sizes with the dataset)
-        size_block_caches(loader.dataset, reading.seekable, loader.num_workers, loader.executor, loader.in_order)
+        size_block_caches(loader.dataset, reading.seekable, loader.num_workers, loader.executor, loader.in_order,
+                          ahead=seq.read_ahead is not None)
     # an in-order read of a block shuffle waits for a window's decode: read deeper (unless given)
     deeper = None if loader.prefetch_factor_given or not loader.in_order or not loader.num_workers else \
         prefetch_depth(loader.dataset, reading.seekable, loader.batch_size, loader.executor)
-    opened = _opened(loader, progress, workers, stats, seq, skip, 0, streams=False, reuse=reuse, depth=deeper)
+    opened = _opened(loader, progress, workers, stats, seq, skip, 0, streams=False, reuse=reuse, depth=deeper,
+                     in_process=seq.read_ahead is not None)
     if unread and reuse is not None and opened.source is reuse and not loader.in_order:
         opened.unordered = True
         reuse.seek(0, skip=skip)
