@@ -25,8 +25,8 @@ processes together: the machine's load disturbs it less than the wall clock; *co
   (``window=2``), decoded by ``seqloader.ImageDecoder("auto")`` (simplejpeg, which releases the
   GIL, when installed): ``tar_shards`` and a hand-written offset index (``os.pread``) through
   ``seqloader.DataLoader`` on threads, on processes and (``tar_shards``) on 2 processes x 2
-  threads, torch's ``DataLoader`` over the offset index (the ratio base) and ``webdataset``'s
-  ``WebLoader``, all with that decoder; then ``tar_shards`` (threads, processes) and ``webdataset``
+  threads and at ``num_workers=0``, torch's ``DataLoader`` over the offset index (the ratio
+  base) and ``webdataset``'s ``WebLoader``, all with that decoder; then ``tar_shards`` (threads, processes) and ``webdataset``
   decoding with PIL (issue 28's rows), each compared with the other PIL rows.
 * ``threads_memory``: a map-style dataset holding 1.2M ``(path, label)`` pairs, batch 256, 2
   workers, each loader in a fresh subprocess (in this process with ``--quick``): peak PSS of the
@@ -298,6 +298,7 @@ def threads_tar(opts: Options) -> list[Row]:
             "torch": lambda: _epoch(lambda: DataLoader(index, batch_size=BATCH, sampler=sampler(index), num_workers=2)),
             "tar-processes": lambda: _epoch(lambda: tar(src, "multiprocessing")),
             "tar-threads": lambda: _epoch(lambda: tar(src, "thread")),
+            "tar-zero": lambda: _epoch(lambda: _loader(src, sampler(src), 0, "thread", 1)),
             "tar-inside": lambda: _epoch(lambda: tar(src, "multiprocessing", 2)),
             "index-processes": lambda: _epoch(lambda: tar(index, "multiprocessing")),
             "index-threads": lambda: _epoch(lambda: tar(index, "thread")),
@@ -327,12 +328,14 @@ def threads_tar(opts: Options) -> list[Row]:
 
     size = f"{shards} shards x {per} JPEGs {side}x{side} ({mb:.0f} MB), decoded by {fast.decode!r}, batch {BATCH}"
     out = [row("seqloader.tar_shards, threads", "tar-threads",
+               f"{best['tar-zero'] / best['tar-threads']:.2f}x num_workers=0; "
                f"{best['tar-processes'] / best['tar-threads']:.2f}x tar_shards on processes; "
                f"{best['tar-threads-pil'] / best['tar-threads']:.2f}x itself decoding with PIL; "
                f"{best['index-threads'] / best['tar-threads']:.2f}x the offset index on threads"),
            row("seqloader.tar_shards, processes", "tar-processes",
                f"{best['index-processes'] / best['tar-processes']:.2f}x the offset index on processes"),
            row("seqloader.tar_shards, 2 processes x 2 threads", "tar-inside", "threads_per_worker=2"),
+           row("seqloader.tar_shards, num_workers=0", "tar-zero", "the same pipeline in the training thread", 0),
            row("offset index (os.pread) through seqloader.DataLoader, threads", "index-threads", "hand-written"),
            row("offset index (os.pread) through seqloader.DataLoader, processes", "index-processes", "hand-written"),
            Row("threads_tar", "torch DataLoader over the offset index", 2, n / base, "samples/s", mb / base,
