@@ -10,10 +10,16 @@
   ``prefetch_factor=2``, 2 thread workers, 2 processes x 2 threads, and torch's ``DataLoader``
   over a hand-written row index (2 workers, the same block shuffle: the ratio base). Notes give
   each row over ``num_workers=0`` and over a one-process pyarrow scan of the same files.
+* ``columnar_costs``: the same loaders (torch's excepted), one more warm epoch each, measured
+  from ``/proc`` (Linux): a batch's CPU in every process and thread of the loader (the training
+  process's threads and its worker processes), the training thread's own share
+  (``time.thread_time``), and the context switches per batch (voluntary and not, every thread of
+  every process): where a batch's CPU goes beyond the one-thread budget of ``columnar_budget``.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable
 
@@ -24,7 +30,7 @@ from benchmarks.columnar import BATCH, _scan, issue_files, least_seconds
 from benchmarks.common import Options, Row
 from benchmarks.threads_data import RowIndex
 
-__all__ = ["COLUMNAR_WORKER_WORKLOADS", "columnar_workers"]
+__all__ = ["COLUMNAR_WORKER_WORKLOADS", "columnar_costs", "columnar_workers"]
 
 #: label -> DataLoader keywords (``None``: torch's DataLoader over the row index)
 CONFIGS: dict[str, Any] = {
@@ -37,8 +43,9 @@ CONFIGS: dict[str, Any] = {
 }
 
 
-def _loaders(folder: str, paths: list[str]) -> dict[str, Callable[[], float]]:
-    """label -> one epoch's seconds, each loader built once (and warmed up by one epoch)."""
+def _loaders(folder: str, paths: list[str], keep: Any = None) -> dict[str, Callable[[], float]]:
+    """label -> one epoch's seconds, each loader built once (and warmed up by one epoch); ``keep``:
+    a dict that receives label -> loader."""
     import torch
 
     runs: dict[str, Callable[[], float]] = {}
@@ -62,6 +69,8 @@ def _loaders(folder: str, paths: list[str]) -> dict[str, Callable[[], float]]:
 
         epoch()   # warm-up: workers started, row groups' files opened
         runs[label] = epoch
+        if keep is not None:
+            keep[label] = loader
     return runs
 
 
@@ -85,4 +94,60 @@ def columnar_workers(opts: Options) -> list[Row]:
     return out
 
 
-COLUMNAR_WORKER_WORKLOADS = {"columnar_workers": columnar_workers}
+def _tree() -> list[int]:
+    """This process and its descendants (``/proc/<pid>/task/<tid>/children``)."""
+    out, todo = [], [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:   # (a process that ended meanwhile)
+            pass
+    return out
+
+
+def _usage() -> tuple[float, int]:
+    """``(CPU seconds, context switches)`` of every thread of :func:`_tree`'s processes."""
+    tick, cpu, switches = os.sysconf("SC_CLK_TCK"), 0.0, 0
+    for pid in _tree():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu += (int(fields[11]) + int(fields[12])) / tick   # utime, stime (every thread)
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    switches += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+        except OSError:
+            pass
+    return cpu, switches
+
+
+def columnar_costs(opts: Options) -> list[Row]:
+    """Per executor: a batch's CPU (every process), the training thread's share, context switches."""
+    out = []
+    with issue_files(opts) as (folder, paths, (files, rows, group)):
+        loaders: dict[str, Any] = {}
+        _loaders(folder, paths, loaders)
+        for label, loader in loaders.items():
+            if label.startswith("torch"):
+                continue
+            best = None
+            for _ in range(max(3, opts.repeat)):
+                cpu0, sw0, own0, t0 = *_usage(), time.thread_time(), time.perf_counter()
+                n = sum(1 for _ in loader)
+                wall, own = time.perf_counter() - t0, time.thread_time() - own0
+                cpu, sw = _usage()
+                got = (wall, (cpu - cpu0) / n * 1e6, own / n * 1e6, (sw - sw0) / n)
+                best = got if best is None or got[0] < best[0] else best
+            assert best is not None
+            wall, cpu_us, own_us, per = best
+            out.append(Row("columnar_costs", label, loader.num_workers, cpu_us, "CPU us/batch",
+                           notes=f"training thread {own_us:.0f} us/batch; {per:.1f} context switches/batch; "
+                                 f"{n * BATCH / wall:,.0f} rows/s (the fastest of the epochs)"))
+    return out
+
+
+COLUMNAR_WORKER_WORKLOADS = {"columnar_workers": columnar_workers, "columnar_costs": columnar_costs}

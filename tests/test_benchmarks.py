@@ -42,7 +42,7 @@ def test_workloads_are_a_registry_of_row_functions():
                                           "sources_tar", "sources_index", "sources_latency", "packing_padding",
                                           "packing_throughput", "packing_resume", "threads_parquet", "threads_tar",
                                           "threads_memory", "threads_tiny", "threads_latency", "columnar_budget",
-                                          "columnar_workers", "pretraining_windows"]
+                                          "columnar_workers", "columnar_costs", "pretraining_windows"]
     assert list(benchmarks.OPT_IN) == ["ray_overhead", "ray_scaling", "ray_node_loss",  # only when named
                                        "autotune_latency", "autotune_python", "autotune_parquet", "autotune_tar"]
     rows = benchmarks.WORKLOADS["images"](common.Options(quick=True))
@@ -193,6 +193,13 @@ def test_columnar_workers_reports_every_executor_against_torch_and_num_workers_0
                                              "pyarrow scan: iter_batches(64) -> tensors"]
     assert all(r.unit == "rows/s" and r.value > 0 for r in rows) and rows[-2].ratio is None
     assert all(r.ratio > 0 and "x num_workers=0" in r.notes for r in rows[:5])
+
+
+def test_columnar_costs_reports_each_executors_cpu_and_context_switches_per_batch():
+    rows = _quick_rows("columnar_costs")
+    assert [r.num_workers for r in rows] == [0, 2, 2, 2, 2]
+    assert all(r.unit == "CPU us/batch" and r.value > 0 for r in rows)
+    assert all("training thread" in r.notes and "context switches/batch" in r.notes for r in rows)
 
 
 def test_pretraining_windows_reports_the_memmap_loop_and_the_loader_at_0_and_2_workers():
