@@ -169,6 +169,10 @@ class BatchListPlan:
     def batch(self, b: int) -> tuple[int, list[Any]]:
         return self.key(b), list(self.batches[self.first + b])
 
+    def peek(self, b: int) -> list[Any]:
+        """Batch ``b``'s indices (a listed batch: nothing to leave alone)."""
+        return self.batch(b)[1]
+
     def end_position(self, b: int) -> int:
         return int(self.ends[self.first + b])
 
