@@ -263,15 +263,7 @@ class BlockPermutation:
             TypeError: ``position`` is not an int.
             IndexError: ``position`` is outside ``[0, n)``.
         """
-        p = check_int(repr(self), "position", position)
-        if not 0 <= p < self._n:
-            raise IndexError(f"{self!r}: position {p} out of range [0, {self._n})")
-        s = p
-        if self._lanes > 1:
-            q, e, t, c = self._lane_starts()
-            chunk_id, offset = divmod(p, c)
-            k, lane = divmod(chunk_id, self._lanes)
-            s = c * (lane * q + min(lane, e)) + (t if lane > e else 0) + k * c + offset
+        s = self._windowed_int(position)
         if not self._shuffled:
             return s
         w = int(np.searchsorted(self._wstart, s, side="right")) - 1
@@ -280,6 +272,44 @@ class BlockPermutation:
         t = w0 + feistel_int(s - w0, int(self._wstart[w + 1]) - w0, key, self._key)
         j = int(np.searchsorted(self._cum, t, side="right")) - 1
         return int(self._src[j]) + t - int(self._cum[j])
+
+    def window_rows(self, position: int) -> list[int]:
+        """One data index in each block of the window that holds ``position``: the blocks a
+        reader of that window needs, whatever its rows' order (the loader decodes them ahead:
+        ``seqloader.loader.epoch.read_ahead``). Without a shuffle (``window=0``): the position's
+        own row. O(log blocks).
+
+        Example:
+            >>> p = BlockPermutation([4, 8, 12, 16], window=2, seed=0)
+            >>> rows = p.window_rows(0)
+            >>> sorted({r // 4 for r in rows}) == sorted({int(i) // 4 for i in p(np.arange(8))})
+            True
+        """
+        s = self._windowed_int(position)
+        if not self._shuffled:
+            return [s]
+        w = int(np.searchsorted(self._wstart, s, side="right")) - 1
+        lo, hi = int(self._wstart[w]), int(self._wstart[w + 1])
+        first = int(np.searchsorted(self._cum, lo, side="right")) - 1
+        last = int(np.searchsorted(self._cum, hi - 1, side="right")) - 1
+        cum, src, out = self._cum, self._src, []
+        for j in range(first, last + 1):
+            start = max(lo, int(cum[j]))
+            if start < min(hi, int(cum[j + 1])):   # (an empty block holds no row)
+                out.append(int(src[j]) + start - int(cum[j]))
+        return out
+
+    def _windowed_int(self, position: int) -> int:
+        """Step 1 (the lanes) for one position, checked: its position in the windowed order."""
+        p = check_int(repr(self), "position", position)
+        if not 0 <= p < self._n:
+            raise IndexError(f"{self!r}: position {p} out of range [0, {self._n})")
+        if self._lanes == 1:
+            return p
+        q, e, t, c = self._lane_starts()
+        chunk_id, offset = divmod(p, c)
+        k, lane = divmod(chunk_id, self._lanes)
+        return c * (lane * q + min(lane, e)) + (t if lane > e else 0) + k * c + offset
 
     def __len__(self) -> int:
         return self._n

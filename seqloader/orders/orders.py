@@ -216,6 +216,10 @@ class BlockOrder(_ChunkedOrder):
     def _images(self, pos: np.ndarray) -> np.ndarray:
         return self.perm(pos)
 
+    def window_rows(self, position: int) -> list[int]:
+        """One data index in each block of ``position``'s window (``BlockPermutation.window_rows``)."""
+        return self.perm.window_rows(position)
+
 
 def materialise_order(sampler: Any) -> ListedOrder:
     """The indices of one pass over ``sampler`` (indices only; the dataset is not read)."""

@@ -120,6 +120,20 @@ class OrderPlan:
         idx = self.order.lookup(g % self.order.n) if g.size else []
         return idx[0] if self.single else idx
 
+    def window_rows(self, b: int) -> Any:
+        """Data indices that fall in every block batch ``b`` starts reading: with a block order
+        (``BlockOrder``), one index per block of the window of the batch's first position
+        (cheap: a few binary searches); else the batch's indices (:meth:`peek`).
+
+        Example:
+            >>> OrderPlan(RangeOrder(9), start=0, batch_size=4, drop_last=False).window_rows(1)
+            [4, 5, 6, 7]
+        """
+        rows = getattr(self.order, "window_rows", None)
+        if rows is None or not self.order.n:
+            return self.peek(b)
+        return rows(self.key(b) % self.order.n)
+
     def end_position(self, b: int) -> int:
         """The global position after batch ``b`` (past ``n`` for a padded last batch)."""
         return self.start + min(self._offset(b + 1), self.per_rank) * self.world
@@ -172,6 +186,8 @@ class BatchListPlan:
     def peek(self, b: int) -> list[Any]:
         """Batch ``b``'s indices (a listed batch: nothing to leave alone)."""
         return self.batch(b)[1]
+
+    window_rows = peek   # (the blocks a listed batch reads: its indices')
 
     def end_position(self, b: int) -> int:
         return int(self.ends[self.first + b])

@@ -59,6 +59,32 @@ def test_a_permutation_and_the_scalar_path_agrees(sizes, window, seed, lanes, ch
     assert len(perm) == n
 
 
+@given(block_sizes, windows, seeds, st.integers(1, 4), st.integers(1, 7), st.booleans())
+def test_window_rows_name_exactly_the_blocks_of_a_positions_window(sizes, window, seed, lanes, chunk, split):
+    """What the loader decodes ahead for position ``p`` (``window_rows``) is exactly the set of
+    blocks that the positions of ``p``'s window read, one row in each."""
+    ends = ends_of(sizes)
+    n = ends[-1] if ends else 0
+    perm = BlockPermutation(ends, window, seed, lanes=lanes, chunk=chunk, split_seams=split)
+    order = perm(np.arange(n)).tolist()
+    block = lambda i: int(np.searchsorted(ends, i, side="right"))  # noqa: E731
+    windowed = lane_oracle(n, lanes, chunk)
+    at = {s: p for p, s in enumerate(windowed)}                     # windowed position -> position
+    for p in range(n):
+        rows = perm.window_rows(p)
+        named = [block(r) for r in rows]
+        assert len(set(named)) == len(named) and all(0 <= r < n for r in rows)
+        if window == 0:
+            assert rows == [windowed[p]]
+            continue
+        w = perm._wstart   # (the test reads the windows' bounds to list the window's positions)
+        k = int(np.searchsorted(w, windowed[p], side="right")) - 1
+        read = {block(order[at[s]]) for s in range(int(w[k]), int(w[k + 1]))}
+        assert set(named) == read
+    with pytest.raises(IndexError):
+        perm.window_rows(n)
+
+
 @given(block_sizes, windows, seeds, st.integers(1, 4), st.integers(1, 7))
 def test_lanes_follow_the_tail_rule_over_the_plain_windowed_order(sizes, window, seed, lanes, chunk):
     ends = ends_of(sizes)

@@ -111,7 +111,7 @@ def test_the_read_ahead_looks_one_lanes_window_ahead_and_batch_0_at_every_lanes_
         def __len__(self):
             return 10
 
-        def peek(self, b):
+        def window_rows(self, b):
             return [b]
 
     class Data:

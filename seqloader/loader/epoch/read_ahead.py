@@ -31,7 +31,7 @@ from seqloader.prefetcher.options import ThreadWorkers
 __all__ = ["ReadAhead", "read_ahead"]
 
 #: Looks ahead per window and lane: a later look finds the window's blocks claimed (a set lookup).
-LOOKS_PER_WINDOW = 2
+LOOKS_PER_WINDOW = 8
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,8 @@ class ReadAhead:
     """While batch ``b`` is cut, ask for the blocks of batch ``b + distance``, once every
     ``every`` batches of a lane (``lanes`` lanes, batch ``b`` in lane ``b % lanes``), decoded by
     at most ``threads`` threads; batch 0 asks for the first batch of every lane too. ``plan`` is
-    an :class:`~seqloader.orders.plans.OrderPlan` (its ``peek``).
+    an :class:`~seqloader.orders.plans.OrderPlan`: ``window_rows`` names one row of each block of
+    the window a batch starts in (a few binary searches, the order's cache left alone).
 
     Example:
         >>> ahead = ReadAhead(distance=250, every=15, lanes=2, threads=2)
@@ -62,9 +63,9 @@ class ReadAhead:
             return
         if b == 0:   # (the lanes' first windows: the decode threads share them with this thread)
             for first in range(min(self.lanes, len(plan))):
-                dataset.decode_ahead(plan.peek(first), self.threads)
+                dataset.decode_ahead(plan.window_rows(first), self.threads)
         if b + self.distance < len(plan):
-            dataset.decode_ahead(plan.peek(b + self.distance), self.threads)
+            dataset.decode_ahead(plan.window_rows(b + self.distance), self.threads)
 
 
 def read_ahead(loader: Any, dataset: Any, sampler: Any) -> Optional[ReadAhead]:
