@@ -104,35 +104,19 @@ class OrderPlan:
             idx = self.order.lookup(g % self.order.n) if g.size else []
         return first, (idx[0] if self.single else idx)
 
-    def peek(self, b: int) -> Any:
-        """Batch ``b``'s indices, as :meth:`batch` gives them, computed apart: an order's cache of
-        the positions being read (``_ChunkedOrder``) is left as it is (a look far ahead costs no
-        recomputation of the batches in between).
+    def window_rows(self, b: int) -> list[int]:
+        """One data index in each block of the window that batch ``b``'s first position falls in
+        (``order`` a ``BlockOrder``: a few binary searches; the order's cache of the positions being
+        read is left alone, so a look far ahead recomputes nothing in between).
 
         Example:
-            >>> p = OrderPlan(RangeOrder(9), start=0, batch_size=4, drop_last=False)
-            >>> p.peek(1) == p.batch(1)[1]
-            True
+            >>> from seqloader.orders.block_permutation import BlockPermutation
+            >>> from seqloader.orders.orders import BlockOrder
+            >>> p = OrderPlan(BlockOrder(BlockPermutation([4, 8, 12], window=0, seed=0)), 0, 4, False)
+            >>> p.window_rows(2)                         # window=0: the position's own row
+            [8]
         """
-        lo = self._offset(b)
-        hi = min(lo + (self.bs if self._sizes is None else self._sizes.size(self.first_step + b)), self.per_rank)
-        g = self.start + self.rank + np.arange(lo, hi, dtype=np.int64) * self.world
-        idx = self.order.lookup(g % self.order.n) if g.size else []
-        return idx[0] if self.single else idx
-
-    def window_rows(self, b: int) -> Any:
-        """Data indices that fall in every block batch ``b`` starts reading: with a block order
-        (``BlockOrder``), one index per block of the window of the batch's first position
-        (cheap: a few binary searches); else the batch's indices (:meth:`peek`).
-
-        Example:
-            >>> OrderPlan(RangeOrder(9), start=0, batch_size=4, drop_last=False).window_rows(1)
-            [4, 5, 6, 7]
-        """
-        rows = getattr(self.order, "window_rows", None)
-        if rows is None or not self.order.n:
-            return self.peek(b)
-        return rows(self.key(b) % self.order.n)
+        return self.order.window_rows(self.key(b) % self.order.n)
 
     def end_position(self, b: int) -> int:
         """The global position after batch ``b`` (past ``n`` for a padded last batch)."""
@@ -182,12 +166,6 @@ class BatchListPlan:
 
     def batch(self, b: int) -> tuple[int, list[Any]]:
         return self.key(b), list(self.batches[self.first + b])
-
-    def peek(self, b: int) -> list[Any]:
-        """Batch ``b``'s indices (a listed batch: nothing to leave alone)."""
-        return self.batch(b)[1]
-
-    window_rows = peek   # (the blocks a listed batch reads: its indices')
 
     def end_position(self, b: int) -> int:
         return int(self.ends[self.first + b])

@@ -247,13 +247,6 @@ class Arena(Generic[V]):
             burst.submit(functools.partial(self._decode_ahead, b, entry, decode))  # type: ignore[union-attr]
         return len(claims)
 
-    def close(self) -> None:
-        """Drop the decodes ahead not begun and join the threads running the others; idempotent."""
-        with self._lock:
-            burst, self._burst = self._burst, None
-        if burst is not None:
-            burst.close()
-
     def _decode_ahead(self, b: int, entry: _Entry, decode: Decode[V]) -> None:
         """A background thread: decode block ``b`` claimed by :meth:`ahead`, unless a reader began it already; its value
         (or error) goes to the threads that wait for it, as for any decode. An error is not raised

@@ -66,7 +66,6 @@ def test_a_reader_decodes_a_claimed_block_whose_decode_has_not_begun():
     with arena.pinned([0, 1], decode, str) as got:
         assert sorted(got) == [0, 1]
     assert arena.counters()["blocks_decoded"] == 3
-    arena.close()
     assert wait_until(lambda: not _ahead_threads(), BOUND)
 
 

@@ -29,7 +29,7 @@ from seqloader.loader.pipeline.walk import pipeline_sources
 from seqloader.loader.samplers.shuffle import BlockShuffleSampler
 from seqloader.prefetcher.options import ProcessWorkers, ThreadWorkers
 
-__all__ = ["MOST_PREFETCH", "blocks_in_use", "prefetch_depth", "size_block_caches"]
+__all__ = ["MOST_PREFETCH", "blocks_in_use", "prefetch_depth", "size_block_caches", "window_rows"]
 
 #: The deepest read-ahead a loader derives per worker (batches; ``prefetch_factor`` when given is kept).
 MOST_PREFETCH = 32
@@ -152,9 +152,23 @@ def prefetch_depth(dataset: Any, sampler: Any, batch_size: Optional[int], execut
         >>> prefetch_depth(src, None, 64, ProcessWorkers()), prefetch_depth(list(range(9)), shuffle, 64, ProcessWorkers())
         (None, None)
     """
-    if not isinstance(executor, ProcessWorkers) or not isinstance(sampler, BlockShuffleSampler) \
-            or sampler.window is None or not batch_size or not callable(getattr(dataset, "size_cache", None)) \
-            or len(sampler.block_ends) == 0:
+    rows = window_rows(sampler)
+    if not isinstance(executor, ProcessWorkers) or rows is None or not batch_size \
+            or not callable(getattr(dataset, "size_cache", None)):
         return None
-    smallest = int(np.diff(sampler.block_ends, prepend=0).min())   # a window's fewest rows, per block
-    return max(2, min(MOST_PREFETCH, max(1, sampler.window) * smallest // (2 * batch_size)))
+    return max(2, min(MOST_PREFETCH, rows // (2 * batch_size)))
+
+
+def window_rows(sampler: Any) -> Optional[int]:
+    """The fewest rows a window of ``sampler`` holds (``window`` times the smallest block's rows),
+    or ``None`` unless it is a :class:`~seqloader.BlockShuffleSampler` with a ``window`` over
+    some blocks: what a lane reads between two windows' decodes.
+
+    Example:
+        >>> shuffle = BlockShuffleSampler(range(30), blocks=[10, 25, 30], window=2, seed=0)
+        >>> window_rows(shuffle), window_rows(BlockShuffleSampler(range(30), blocks=[30], window=None, seed=0))
+        (10, None)
+    """
+    if not isinstance(sampler, BlockShuffleSampler) or sampler.window is None or len(sampler.block_ends) == 0:
+        return None
+    return max(1, sampler.window) * int(np.diff(sampler.block_ends, prepend=0).min())

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from seqloader.loader.samplers.shuffle import BlockShuffleSampler
+from seqloader.loader.epoch.block_caches import window_rows
 from seqloader.prefetcher.options import ThreadWorkers
 
 __all__ = ["ReadAhead", "read_ahead"]
@@ -89,16 +89,11 @@ def read_ahead(loader: Any, dataset: Any, sampler: Any) -> Optional[ReadAhead]:
     """
     if not loader.num_workers or not isinstance(loader.executor, ThreadWorkers) or loader.worker_init_fn is not None:
         return None
-    batch_size = loader.batch_size
-    if not isinstance(sampler, BlockShuffleSampler) or sampler.window is None or not batch_size \
-            or not callable(getattr(dataset, "decode_ahead", None)) or not dataset.decodes_ahead():
-        return None
-    blocks = len(sampler.block_ends)
-    if blocks < 2:
+    rows, batch_size = window_rows(sampler), loader.batch_size
+    decodes = getattr(dataset, "decodes_ahead", None)
+    if rows is None or len(sampler.block_ends) < 2 or not batch_size or not callable(decodes) or not decodes():
         return None
     lanes = max(1, sampler.lanes or 1)
-    ends = sampler.block_ends
-    smallest = int(min(ends[0], (ends[1:] - ends[:-1]).min()))   # a window's fewest rows: never two ahead
-    per_lane = max(1, max(1, sampler.window) * smallest // batch_size)
+    per_lane = max(1, rows // batch_size)   # (a window's fewest rows: the look is never two windows ahead)
     return ReadAhead(distance=lanes * per_lane, every=max(1, per_lane // LOOKS_PER_WINDOW), lanes=lanes,
                      threads=loader.num_workers)
