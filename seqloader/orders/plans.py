@@ -19,7 +19,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from seqloader.orders.orders import Order, RangeOrder
+from seqloader.orders.orders import BlockOrder, Order, RangeOrder
 from seqloader.orders.steps import BatchSizes
 
 __all__ = ["BatchListPlan", "OrderPlan", "materialise_batches"]
@@ -116,6 +116,8 @@ class OrderPlan:
             >>> p.window_rows(2)                         # window=0: the position's own row
             [8]
         """
+        if not isinstance(self.order, BlockOrder):
+            raise TypeError(f"window_rows needs a block shuffle's order, not {type(self.order).__name__}")
         return self.order.window_rows(self.key(b) % self.order.n)
 
     def end_position(self, b: int) -> int:
