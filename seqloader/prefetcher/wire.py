@@ -48,11 +48,29 @@ SHARED_PID = "seqloader.shared"
 # --------------------------------------------------------------------------- values
 
 
+@functools.lru_cache(maxsize=None)
+def _numpy_dtype(dtype: Any) -> Any:
+    """numpy's dtype of torch's ``dtype`` where ``torch.from_numpy`` maps it back, else ``None``."""
+    import numpy as np
+    import torch
+
+    try:
+        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    except (TypeError, RuntimeError):   # bfloat16, the float8s, the quantized and unsigned 16-64 bit ones
+        return None
+    return np_dtype if torch.from_numpy(np.empty(0, np_dtype)).dtype == dtype else None
+
+
 def _rebuild_tensor(buf: Any, dtype: Any, shape: tuple, requires_grad: bool) -> Any:
     import torch  # a tensor was pickled: its reader has torch
 
+    np_dtype = _numpy_dtype(dtype)
     if len(buf) == 0:
         t = torch.empty(shape, dtype=dtype)
+    elif np_dtype is not None:   # (one numpy view: a third of torch.frombuffer's .view().view())
+        import numpy as np
+
+        t = torch.from_numpy(np.frombuffer(buf, dtype=np_dtype).reshape(shape))
     else:
         t = torch.frombuffer(buf, dtype=torch.uint8).view(dtype).view(shape)
     return t.requires_grad_(requires_grad) if requires_grad else t
@@ -84,6 +102,9 @@ def reduce_tensor(obj: Any) -> Any:
     if is_plain_tensor(obj):
         import torch
 
+        if not obj.requires_grad and obj.is_contiguous() and not obj.is_conj() and not obj.is_neg() \
+                and _numpy_dtype(obj.dtype) is not None:   # its own bytes, as they are
+            return _rebuild_tensor, (pickle.PickleBuffer(obj.numpy()), obj.dtype, tuple(obj.shape), False)
         t = obj.detach().resolve_conj().resolve_neg().contiguous()
         raw = t.reshape(-1).view(torch.uint8).numpy()
         return _rebuild_tensor, (pickle.PickleBuffer(raw), t.dtype, tuple(t.shape), obj.requires_grad)

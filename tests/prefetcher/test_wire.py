@@ -77,3 +77,25 @@ def test_a_tensor_comes_back_as_it_went(value):
     data, raws = wire.encode(value)
     back = pickle.loads(data, buffers=raws)
     assert torch.equal(back.detach(), value.detach()) and back.requires_grad == value.requires_grad
+
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
+          torch.int32, torch.int64, torch.bool, torch.complex64, torch.uint16, torch.uint32, torch.uint64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(), (0,), (3, 4), (1, 5)], ids=str)
+def test_every_dtype_and_layout_comes_back_equal_and_writable(dtype, shape):
+    base = (torch.arange(max(1, int(np.prod(shape)))) % 3).to(dtype)[:int(np.prod(shape))].reshape(shape)
+    values = {"contiguous": base, "transposed": base.mT if base.dim() == 2 else base,
+              "offset": torch.cat([base.reshape(-1), base.reshape(-1)])[base.numel():].reshape(shape)}
+    if dtype.is_complex:
+        values["conj"] = base.conj()
+    data, raws = wire.encode(values)
+    back = pickle.loads(data, buffers=[memoryview(bytearray(r)) for r in raws])
+    for name, value in values.items():
+        got = back[name]
+        assert type(got) is torch.Tensor and got.dtype == dtype and got.shape == value.shape, name
+        assert torch.equal(got, value.resolve_conj()) and not got.is_conj(), name
+    for got in back.values():
+        got.fill_(1)   # writable, as the buffers it was read from
