@@ -20,8 +20,10 @@ process read the same source at once, so the arena is shared by them and follows
   knows them from its order: :mod:`seqloader.loader.epoch.read_ahead`) and decodes them on
   background threads of the process, which end when none is left, so that no batch waits for a
   whole window's decode. A claimed block whose decode has not begun is decoded by the first
-  reader that needs it (never waited for); one being decoded is waited for as above. A claim
-  only takes a free slot or one of an unpinned block.
+  reader that needs it (never waited for); one being decoded is waited for as above, after the
+  waiting reader has decoded the claims still queued, oldest first (:meth:`Arena._help`: a
+  wait at a window's start becomes the next blocks' decode). A claim only takes a free slot or
+  one of an unpinned block.
 * **Pins.** :meth:`Arena.pinned` hands out the blocks pinned: a pinned block is never evicted
   and its *slot* never reused until the ``with`` block ends, so a batch may read views of it.
 * **Slots.** Each block is given one of ``capacity`` slot numbers when it is claimed (a free
@@ -50,7 +52,7 @@ import collections
 import functools
 import threading
 import warnings
-from typing import Callable, Generic, Optional, Sequence, TypeVar
+from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
 
 from seqloader.errors import check_positive_int
 from seqloader.threads.burst import Burst
@@ -75,15 +77,16 @@ Decode = Callable[[list[int], list[Optional[int]]], Sequence[tuple[V, int]]]
 class _Entry:
     """A block being decoded (``done`` not set) or kept (``done`` set, ``value`` filled in)."""
 
-    __slots__ = ("done", "value", "error", "slot", "pins", "started")
+    __slots__ = ("done", "value", "error", "slot", "pins", "started", "decode")
 
-    def __init__(self, slot: Optional[int], started: bool = True) -> None:
+    def __init__(self, slot: Optional[int], started: bool = True, decode: Any = None) -> None:
         self.done = threading.Event()
         self.value: object = None
         self.error: BaseException | None = None
         self.slot = slot
         self.pins = 0
         self.started = started   # a thread is decoding it (False: claimed ahead, not begun yet)
+        self.decode = decode     # a claim ahead's decode (whoever begins it calls it)
 
 
 class Arena(Generic[V]):
@@ -208,6 +211,8 @@ class Arena(Generic[V]):
             if mine:
                 self._decode(mine, decode, out)
             for b, entry in theirs:
+                while not entry.done.is_set() and self._help():
+                    pass   # (a block another thread decodes: decode one claimed ahead meanwhile)
                 if not entry.done.wait(WAIT_TIMEOUT):
                     raise TimeoutError(f"{self._op}: waited {WAIT_TIMEOUT:g} s for {describe(b)}, which another "
                                        "thread of this process is decoding; is a read hanging (a stalled file "
@@ -236,7 +241,7 @@ class Arena(Generic[V]):
                 if slot is None:
                     break
                 self._claimed(b)
-                entry = self._entries[b] = _Entry(slot, started=False)
+                entry = self._entries[b] = _Entry(slot, started=False, decode=decode)
                 claims.append((b, entry))
             if claims and (self._burst is None or self._burst.num_threads != threads):
                 # (another loader's thread count: the old burst's threads end once its queue is
@@ -259,6 +264,22 @@ class Arena(Generic[V]):
             self._decode([(b, entry)], decode, {})
         except BaseException:   # (published to its waiters by _decode; a later reader tries again)
             pass
+
+    def _help(self) -> bool:
+        """A reader that would wait for another thread's decode decodes the oldest block claimed
+        ahead and not begun instead (a block needed soon: the waits at a window's start become
+        work); ``False`` if there is none. Its error, as a decode ahead's, is left to the reader
+        that needs the block."""
+        with self._lock:
+            claim = next(((b, e) for b, e in self._entries.items() if not e.started and e.decode is not None), None)
+            if claim is None:
+                return False
+            claim[1].started = True
+        try:
+            self._decode([claim], claim[1].decode, {})
+        except Exception:   # (published to its waiters by _decode; a later reader tries again)
+            pass
+        return True
 
     def _claimed(self, b: int) -> bool:
         """Count a claim of block ``b`` for decoding (under the lock); ``True`` once, at the claim

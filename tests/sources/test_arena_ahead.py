@@ -69,6 +69,26 @@ def test_a_reader_decodes_a_claimed_block_whose_decode_has_not_begun():
     assert wait_until(lambda: not _ahead_threads(), BOUND)
 
 
+def test_a_reader_waiting_for_another_threads_decode_decodes_a_queued_claim_meanwhile():
+    """Block 0 is being decoded by an ahead thread (held), block 1 by the other; a reader that needs
+    block 0 decodes block 9, claimed ahead and still queued, instead of only waiting, then gets 0."""
+    arena, decode = Arena(8, "demo"), Held(hold={0, 1})
+    arena.ahead([0, 1, 9], decode)
+    assert wait_until(lambda: len(decode.by) == 2, BOUND)      # both ahead threads hold a block
+    got: dict = {}
+    reader = threading.Thread(target=lambda: got.update(arena.pinned([0], decode, str).__enter__()),
+                              name="the-reader")
+    reader.start()
+    assert wait_until(lambda: decode.by.get(9) == "the-reader", BOUND)   # helped while block 0 was decoding
+    decode.release.set()
+    reader.join(BOUND)
+    assert not reader.is_alive() and got == {0: {"block": 0}}
+    with arena.pinned([9], decode, str) as kept:               # kept: not decoded a second time
+        assert kept == {9: {"block": 9}}
+    assert arena.counters()["blocks_decoded"] == 3
+    assert wait_until(lambda: not _ahead_threads(), BOUND)
+
+
 def test_an_error_of_a_decode_ahead_reaches_the_reader_that_needs_the_block():
     arena, decode = Arena(4, "demo"), Held(fail=OSError("disk gone"))
     arena.ahead([3], decode)
