@@ -56,7 +56,7 @@ def _numpy_dtype(dtype: Any) -> Any:
 
     try:
         np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    except (TypeError, RuntimeError):   # bfloat16, the float8s, the quantized and unsigned 16-64 bit ones
+    except (TypeError, RuntimeError):   # bfloat16, the float8s, the quantized ones: no numpy dtype
         return None
     return np_dtype if torch.from_numpy(np.empty(0, np_dtype)).dtype == dtype else None
 
@@ -102,11 +102,9 @@ def reduce_tensor(obj: Any) -> Any:
     if is_plain_tensor(obj):
         import torch
 
-        if not obj.requires_grad and obj.is_contiguous() and not obj.is_conj() and not obj.is_neg() \
-                and _numpy_dtype(obj.dtype) is not None:   # its own bytes, as they are
-            return _rebuild_tensor, (pickle.PickleBuffer(obj.numpy()), obj.dtype, tuple(obj.shape), False)
         t = obj.detach().resolve_conj().resolve_neg().contiguous()
-        raw = t.reshape(-1).view(torch.uint8).numpy()
+        # (a dtype numpy has: its own numpy view, one call; else its bytes, viewed as uint8)
+        raw = t.numpy() if _numpy_dtype(t.dtype) is not None else t.reshape(-1).view(torch.uint8).numpy()
         return _rebuild_tensor, (pickle.PickleBuffer(raw), t.dtype, tuple(t.shape), obj.requires_grad)
     return NotImplemented
 

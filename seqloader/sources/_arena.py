@@ -79,7 +79,7 @@ class _Entry:
 
     __slots__ = ("done", "value", "error", "slot", "pins", "started", "decode")
 
-    def __init__(self, slot: Optional[int], started: bool = True, decode: Any = None) -> None:
+    def __init__(self, slot: Optional[int], started: bool = True, decode: Optional[Decode[Any]] = None) -> None:
         self.done = threading.Event()
         self.value: object = None
         self.error: BaseException | None = None
@@ -249,36 +249,32 @@ class Arena(Generic[V]):
                 self._burst = Burst(f"seqloader-ahead-{self._op}", threads)
             burst = self._burst
         for b, entry in claims:
-            burst.submit(functools.partial(self._decode_ahead, b, entry, decode))  # type: ignore[union-attr]
+            burst.submit(functools.partial(self._decode_claim, b, entry))  # type: ignore[union-attr]
         return len(claims)
 
-    def _decode_ahead(self, b: int, entry: _Entry, decode: Decode[V]) -> None:
-        """A background thread: decode block ``b`` claimed by :meth:`ahead`, unless a reader began it already; its value
-        (or error) goes to the threads that wait for it, as for any decode. An error is not raised
-        here: the block is not kept, and the reader that needs it decodes it again (and raises)."""
+    def _decode_claim(self, b: int, entry: _Entry) -> None:
+        """Decode block ``b`` claimed by :meth:`ahead` (a background thread, or a reader helping),
+        unless a thread began it already; its value (or error) goes to the threads that wait for
+        it, as for any decode. An error is not raised here: the block is not kept, and the reader
+        that needs it decodes it again (and raises)."""
         with self._lock:
-            if entry.started or self._entries.get(b) is not entry:
+            if entry.started or entry.decode is None or self._entries.get(b) is not entry:
                 return
             entry.started = True
         try:
-            self._decode([(b, entry)], decode, {})
-        except BaseException:   # (published to its waiters by _decode; a later reader tries again)
+            self._decode([(b, entry)], entry.decode, {})
+        except Exception:   # (published to its waiters by _decode; a later reader tries again)
             pass
 
     def _help(self) -> bool:
         """A reader that would wait for another thread's decode decodes the oldest block claimed
         ahead and not begun instead (a block needed soon: the waits at a window's start become
-        work); ``False`` if there is none. Its error, as a decode ahead's, is left to the reader
-        that needs the block."""
+        work); ``False`` if there is none."""
         with self._lock:
-            claim = next(((b, e) for b, e in self._entries.items() if not e.started and e.decode is not None), None)
-            if claim is None:
-                return False
-            claim[1].started = True
-        try:
-            self._decode([claim], claim[1].decode, {})
-        except Exception:   # (published to its waiters by _decode; a later reader tries again)
-            pass
+            claim = next(((b, e) for b, e in self._entries.items() if not e.started), None)
+        if claim is None:
+            return False
+        self._decode_claim(*claim)
         return True
 
     def _claimed(self, b: int) -> bool:
