@@ -20,7 +20,7 @@ What the user asked for is kept whatever it tries: with ``max_worker_restarts`` 
 processes compute the batches (the policy is told, and a configuration without them is refused
 here); with the ``spawn`` or ``forkserver`` start method, processes are tried only if what they
 would be sent (the epoch's batches, the dataset, ``worker_init_fn``) pickles
-(:func:`unpicklable`, checked once, before the first batch). CPU is counted for this loader's
+(:func:`~seqloader.loader.tuning.pickles.unpicklable`, checked once, before the first batch). CPU is counted for this loader's
 own workers only (:func:`~seqloader.loader.tuning.usage.worker_pids`).
 """
 
@@ -29,15 +29,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import pickle
-import random
+import random  # (the doctests)
 import time
 from typing import Any, Callable, Optional
 
 import numpy as np
-import torch
 
 from seqloader.errors import check_int
+from seqloader.loader.tuning.pickles import unpicklable
 from seqloader.loader.tuning.policy import BatchTiming, Config, Policy, Tuner
 from seqloader.loader.tuning.rules import not_tried_words
 from seqloader.loader.tuning.usage import ProcessTree, batch_bytes, check_proc, default_memory_budget, worker_pids
@@ -50,7 +49,7 @@ from seqloader.loader.rngs.seeding import seed_globals
 from seqloader.prefetcher.checks import resolve_context
 from seqloader.prefetcher.options import ExecutorOptions, ProcessWorkers, ThreadWorkers
 
-__all__ = ["TunedIterator", "TunedView", "Tuning", "computed_watching", "make_tuning", "unpicklable"]
+__all__ = ["TunedIterator", "TunedView", "Tuning", "computed_watching", "make_tuning"]
 
 _log = logging.getLogger("seqloader.autotune")
 
@@ -89,33 +88,6 @@ def computed_watching(seq: Any, b: int, seed: int, epoch: int, derivation: int) 
         return out, bool(check.moved())
     finally:
         snapshot.restore()
-
-
-class _Discard:
-    def write(self, b: Any) -> int:
-        return len(b)
-
-
-class _CheckPickler(pickle.Pickler):
-    def reducer_override(self, obj: Any) -> Any:   # arrays and tensors pickle: their bytes are not needed here
-        return (tuple, ()) if isinstance(obj, (torch.Tensor, np.ndarray)) else NotImplemented
-
-
-def unpicklable(obj: Any) -> Optional[str]:
-    """Why ``obj`` does not pickle (``"PicklingError: ..."``), or ``None`` if it does; nothing is
-    kept (the bytes are dropped as written, and arrays and tensors are not copied).
-
-    Example:
-        >>> unpicklable((list, [1, 2], torch.zeros(3))) is None
-        True
-        >>> unpicklable([lambda x: x]).split(":")[0]
-        'PicklingError'
-    """
-    try:
-        _CheckPickler(_Discard(), protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-    except Exception as exc:   # whatever pickling raises is the reason
-        return f"{type(exc).__name__}: {exc}"
-    return None
 
 
 def make_tuning(autotune: Any, memory_budget: Any, num_workers: int, executor: ExecutorOptions,
