@@ -211,7 +211,7 @@ class Arena(Generic[V]):
             if mine:
                 self._decode(mine, decode, out)
             for b, entry in theirs:
-                while not entry.done.is_set() and self._help():
+                while not entry.done.is_set() and self._help(decode):
                     pass   # (a block another thread decodes: decode one claimed ahead meanwhile)
                 if not entry.done.wait(WAIT_TIMEOUT):
                     raise TimeoutError(f"{self._op}: waited {WAIT_TIMEOUT:g} s for {describe(b)}, which another "
@@ -252,29 +252,30 @@ class Arena(Generic[V]):
             burst.submit(functools.partial(self._decode_claim, b, entry))  # type: ignore[union-attr]
         return len(claims)
 
-    def _decode_claim(self, b: int, entry: _Entry) -> None:
-        """Decode block ``b`` claimed by :meth:`ahead` (a background thread, or a reader helping),
-        unless a thread began it already; its value (or error) goes to the threads that wait for
-        it, as for any decode. An error is not raised here: the block is not kept, and the reader
-        that needs it decodes it again (and raises)."""
+    def _decode_claim(self, b: int, entry: _Entry, decode: Optional[Decode[Any]] = None) -> None:
+        """Decode block ``b`` claimed by :meth:`ahead` (a background thread with the claim's
+        decode, or a reader helping with its own ``decode``), unless a thread began it already;
+        its value (or error) goes to the threads that wait for it, as for any decode. An error is
+        not raised here: the block is not kept, and the reader that needs it decodes it again (and raises)."""
         with self._lock:
             if entry.started or entry.decode is None or self._entries.get(b) is not entry:
                 return
             entry.started = True
         try:
-            self._decode([(b, entry)], entry.decode, {})
+            self._decode([(b, entry)], entry.decode if decode is None else decode, {})
         except Exception:   # (published to its waiters by _decode; a later reader tries again)
             pass
 
-    def _help(self) -> bool:
+    def _help(self, decode: Decode[Any]) -> bool:
         """A reader that would wait for another thread's decode decodes the oldest block claimed
-        ahead and not begun instead (a block needed soon: the waits at a window's start become
-        work); ``False`` if there is none."""
+        ahead and not begun instead, with its own ``decode`` (in this thread, also where the
+        claims go to decode processes), a block needed soon: the waits at a window's start become
+        work; ``False`` if there is none."""
         with self._lock:
             claim = next(((b, e) for b, e in self._entries.items() if not e.started), None)
         if claim is None:
             return False
-        self._decode_claim(*claim)
+        self._decode_claim(*claim, decode)
         return True
 
     def _claimed(self, b: int) -> bool:

@@ -20,10 +20,21 @@ buffer's dtype and row shape; anything else (strings, ragged lists, a block of o
 a block without a slot) stays as decoded, and a batch reading it is gathered block by block. A
 source whose blocks differ much in size (the largest more than twice the mean) uses no buffers:
 they would waste more memory than they save time.
+
+**Shared buffers.** A ``Slots(shared=True)`` allocates its column buffers in memory that other
+processes can map: an anonymous file (``os.memfd_create``; it has no name, so nothing is left in
+``/dev/shm`` by a crash), its descriptor kept (:meth:`Slots.shared_buffers`) so that decode
+processes (:mod:`seqloader.prefetcher.decoders`) are sent it and write decoded blocks straight
+into their slots; :meth:`Slots.store` then takes the columns ``written`` there as views, and
+copies the rest. :meth:`Slots.unshare` closes the descriptors (the mappings, and the views of
+them, stay valid).
 """
 
 from __future__ import annotations
 
+import itertools
+import mmap
+import os
 import threading
 from typing import Any, Optional
 
@@ -68,15 +79,48 @@ class Slots:
         [5, 1]
     """
 
-    def __init__(self, capacity: int, op: str, counters: Optional[dict[str, int]] = None):
+    def __init__(self, capacity: int, op: str, counters: Optional[dict[str, int]] = None, shared: bool = False):
         self.arena: Arena[Block] = Arena(capacity, op, counters)
-        self.capacity = capacity
+        self.capacity, self.op = capacity, op
         self.rows: Optional[int] = None   # rows per slot: set by the first store (every store passes the same)
         self._buffers: dict[str, np.ndarray] = {}
         self._base: Optional[np.ndarray] = None   # per block of the source: its first row in the buffers
         #: the arrays batches are gathered into, reused once released
         self.buffers = BatchBuffers()
         self._lock = threading.Lock()
+        #: column -> (key, descriptor) of a shared buffer; ``None``: buffers are private memory
+        self._shared: Optional[dict[str, tuple[int, int]]] = {} if shared else None
+
+    @property
+    def shared(self) -> bool:
+        """Whether new buffers go in memory other processes can map (until :meth:`unshare`)."""
+        return self._shared is not None
+
+    def shared_buffers(self) -> dict[str, tuple[int, int, str, tuple[int, ...]]]:
+        """Column -> ``(key, fd, dtype, shape)`` of each shared buffer (``key``: unique while the
+        buffer lives), for the processes that write blocks into them."""
+        with self._lock:
+            shared = dict(self._shared or {})
+            return {name: (key, fd, self._buffers[name].dtype.str, self._buffers[name].shape)
+                    for name, (key, fd) in shared.items()}
+
+    def unshare(self) -> None:
+        """Close the shared buffers' descriptors (no process is sent them any more); their memory
+        stays mapped here while a view of it lives. New buffers are private memory."""
+        with self._lock:
+            shared, self._shared = self._shared or {}, None
+        for _, fd in shared.values():
+            os.close(fd)
+
+    def _allocate(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An uninitialised buffer (under the lock): private, or in an anonymous shared file."""
+        if self._shared is None:
+            return np.empty(shape, dtype)
+        nbytes = max(1, int(np.prod(shape)) * dtype.itemsize)
+        fd = _anonymous_file(f"seqloader-{self.op}-{name}", nbytes)
+        buf = np.ndarray(shape, dtype, buffer=mmap.mmap(fd, nbytes))
+        self._shared[name] = (next(_KEYS), fd)
+        return buf
 
     def _buffer(self, name: str, like: np.ndarray, rows: int) -> np.ndarray | None:
         """The buffer of column ``name`` (allocated like ``like``'s rows), or ``None`` if ``like``
@@ -87,18 +131,22 @@ class Slots:
             self.rows = rows
             buf = self._buffers.get(name)
             if buf is None:
-                buf = self._buffers[name] = np.empty((self.capacity * rows, *like.shape[1:]), like.dtype)
+                buf = self._buffers[name] = self._allocate(name, (self.capacity * rows, *like.shape[1:]), like.dtype)
         return buf if buf.dtype == like.dtype and buf.shape[1:] == like.shape[1:] else None
 
     def store(self, cols: dict[str, np.ndarray], slot: Optional[int], rows: int, block: int = 0,
-              num_blocks: int = 1) -> Block:
+              num_blocks: int = 1, written: tuple[str, ...] = (), n: Optional[int] = None) -> Block:
         """Block ``block`` (of ``num_blocks``) of ``cols``, copied into the buffers at ``slot`` where
         they fit (called by the decoding thread: the arena has reserved the slot for it). ``rows``:
-        rows per slot (see :func:`slot_rows`; 0: no buffers), the same in every call."""
-        n = len(next(iter(cols.values()))) if cols else 0
+        rows per slot (see :func:`slot_rows`; 0: no buffers), the same in every call. ``written``:
+        columns another process already wrote at ``slot`` of the shared buffers (``n`` rows)."""
+        if n is None:
+            n = len(next(iter(cols.values()))) if cols else 0
         if slot is None:
             return Block(cols, None, frozenset(), n)
-        out, slotted = dict(cols), []
+        out, slotted = dict(cols), list(written)
+        for name in written:
+            out[name] = self._buffers[name][slot * rows:slot * rows + n]
         for name, col in cols.items():
             buf = self._buffer(name, col, rows)
             if buf is not None:
@@ -147,6 +195,20 @@ class Slots:
             return np.take(col, index, axis=0, mode="clip")
         out = self.buffers.empty((index.size, *col.shape[1:]), col.dtype)
         return np.take(col, index, axis=0, out=out, mode="clip")
+
+
+_KEYS = itertools.count(1)   # (keys of shared buffers: unique in this process)
+
+
+def _anonymous_file(name: str, nbytes: int) -> int:
+    """A descriptor of a new shared file of ``nbytes`` (sparse) that has no name in any file system."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, nbytes)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def slot_rows(lengths: Any) -> int:

@@ -150,7 +150,7 @@ class TableSource(Source[Any]):
         old = self._slots.peek()
         slots: ProcessLocal[Slots] = ProcessLocal(functools.partial(Slots, blocks, self._op))
         if old is not None:   # (this process's counters go on; other processes build their own)
-            slots.put(Slots(blocks, self._op, old.arena.counters()))
+            slots.put(Slots(blocks, self._op, old.arena.counters(), shared=old.shared))
         self._cache_blocks, self._slots = blocks, slots
         return blocks
 
@@ -189,13 +189,21 @@ class TableSource(Source[Any]):
         stays in the reading thread; an explicit ``cache_blocks`` may have no room for another window)."""
         return not self._files.remote and self._cache_cap is None
 
-    def decode_ahead(self, positions: Sequence[int], threads: int = 2) -> int:
+    def decodes_in_processes(self) -> bool:
+        """Whether decode processes help (:meth:`decode_block` into shared buffers): where
+        :meth:`decodes_ahead`, for blocks copied into slot buffers (not views of a memory map),
+        without a ``transform`` (code of the user's, per row: it stays in worker processes)."""
+        return self.decodes_ahead() and self._slot_buffers and self._transform is None
+
+    def decode_ahead(self, positions: Sequence[int], threads: int = 2, decoders: Any = None) -> int:
         """Begin decoding, on at most ``threads`` background threads of this process, the blocks
         that reading ``positions`` will need and that are neither kept nor being decoded; returns
         how many (:meth:`~seqloader.sources._arena.Arena.ahead`; 0 where :meth:`decodes_ahead`
         is false). Nothing is read here, and what a later read returns is the same.
-        ``seqloader.DataLoader``'s thread workers call it a window ahead of a block shuffle
-        (:mod:`seqloader.loader.epoch.read_ahead`).
+        ``seqloader.DataLoader``'s workers call it a window ahead of a block shuffle
+        (:mod:`seqloader.loader.epoch.read_ahead`); with ``decoders`` (decode processes,
+        :class:`~seqloader.prefetcher.decoders.BlockDecoders`) each thread has a process decode
+        its block into the shared buffers (:meth:`share_slots`).
 
         Example:
             >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, seqloader
@@ -211,22 +219,60 @@ class TableSource(Source[Any]):
             return 0
         blocks, _ = self._index.locate(self._positions(positions))
         state = self._slots.get()
-        return state.arena.ahead(sorted(set(blocks.tolist())), functools.partial(self._decode, state), threads)
+        decode = functools.partial(self._decode, state) if decoders is None else \
+            functools.partial(self._decode_by, decoders, state)
+        return state.arena.ahead(sorted(set(blocks.tolist())), decode, threads)
+
+    def _slot_rows(self) -> int:
+        if self._rows_per_slot is None:   # (threads racing here compute the same number)
+            self._rows_per_slot = slot_rows(self._index.ends - self._index.starts) if self._slot_buffers else 0
+        return self._rows_per_slot
 
     def _decode(self, state: Slots, blocks: list[int], slots: list[int | None]) -> list[tuple[Block, int]]:
         """Read and convert ``blocks``, into their slots of ``state`` (called by the arena without its lock)."""
-        if self._rows_per_slot is None:   # (threads racing here compute the same number)
-            self._rows_per_slot = slot_rows(self._index.ends - self._index.starts) if self._slot_buffers else 0
-        tables = self._read_blocks(blocks)
+        rows = self._slot_rows()
         out = []
-        for b, slot, table in zip(blocks, slots, tables):
-            want = int(self._index.ends[b] - self._index.starts[b])
-            if table.num_rows != want:
-                raise ValueError(f"{self._op}: {self._block_name(b)} holds {table.num_rows} rows but the file's "
-                                 f"footer says {want}; the file is corrupt: write it again")
-            cols = {name: to_numpy(table.column(name)) for name in self._schema_names}
-            out.append((state.store(cols, slot, self._rows_per_slot, b, self._index.num_blocks), int(table.nbytes)))
+        for b, slot, table in zip(blocks, slots, self._read_blocks(blocks)):
+            cols, nbytes = self._block_columns(b, table)
+            out.append((state.store(cols, slot, rows, b, self._index.num_blocks), nbytes))
         return out
+
+    def _block_columns(self, b: int, table: Any) -> tuple[dict[str, np.ndarray], int]:
+        """Block ``b`` read as ``table``: its numpy columns and Arrow's ``nbytes``, its rows checked."""
+        want = int(self._index.ends[b] - self._index.starts[b])
+        if table.num_rows != want:
+            raise ValueError(f"{self._op}: {self._block_name(b)} holds {table.num_rows} rows but the file's "
+                             f"footer says {want}; the file is corrupt: write it again")
+        return {name: to_numpy(table.column(name)) for name in self._schema_names}, int(table.nbytes)
+
+    def decode_block(self, b: int) -> tuple[dict[str, np.ndarray], int]:
+        """Block ``b``'s numpy columns and bytes decoded, read here (what a decode process runs:
+        :mod:`seqloader.prefetcher.decoders`)."""
+        return self._block_columns(b, self._read_blocks([b])[0])
+
+    def _decode_by(self, decoders: Any, state: Slots, blocks: list[int],
+                   slots: list[int | None]) -> list[tuple[Block, int]]:
+        """:meth:`_decode`, each block decoded by one of ``decoders``' processes, into ``state``'s
+        shared buffers where they fit (the other columns come back pickled and are stored here)."""
+        rows, out = self._slot_rows(), []
+        for b, slot in zip(blocks, slots):
+            n, nbytes, written, rest = decoders.decode(b, slot, rows, state.shared_buffers() if slot is not None else {},
+                                                       self._block_name)
+            out.append((state.store(rest, slot, rows, b, self._index.num_blocks, written, n), nbytes))
+        return out
+
+    def share_slots(self) -> None:
+        """Keep this process's decoded blocks in buffers other processes can write from now on
+        (a new arena, the counters going on; :mod:`seqloader.sources._slots`, "Shared buffers")."""
+        old = self._slots.get()
+        if not old.shared:
+            self._slots.put(Slots(self._cache_blocks, self._op, old.arena.counters(), shared=True))
+
+    def unshare_slots(self) -> None:
+        """No process writes this process's buffers any more (:meth:`Slots.unshare`)."""
+        state = self._slots.peek()
+        if state is not None:
+            state.unshare()
 
     def _row(self, cols: dict[str, np.ndarray], r: int) -> dict[str, Any]:
         # a row of a 2-D column is copied: a view would see its slot reused (and be read-only)

@@ -83,7 +83,7 @@ def blocks_in_use(window: Optional[int], lanes: int, num_blocks: int, num_worker
     """
     w = max(1, num_blocks) if window is None else max(1, window)
     lanes = max(1, lanes)
-    if num_workers == 0 or isinstance(executor, ThreadWorkers):
+    if num_workers == 0 or isinstance(executor, ThreadWorkers) or ahead:   # (one cache reads every lane)
         lanes_read = lanes
     else:   # a process (or a Ray actor) per worker, each with its cache
         lanes_read = lanes // math.gcd(lanes, num_workers) if affinity else lanes

@@ -135,6 +135,8 @@ class Opened:
         unread: a custom sampler's epoch before its first ``next()`` (its indices are read then,
             once: ``seq`` is empty and ``source`` the started workers, if any): the iterator's
             ``len`` until then (torch's ``len(index_sampler)``); ``None`` once read.
+        decoders: this iterator's own decode processes (:mod:`seqloader.loader.epoch.read_ahead`),
+            closed with it, or ``None``.
     """
 
     seq: Any
@@ -146,6 +148,7 @@ class Opened:
     watermark: Watermark
     step: int = 0
     unread: Optional[Callable[[], int]] = None
+    decoders: Any = None
 
 
 class LoaderIterator:
@@ -251,6 +254,8 @@ class LoaderIterator:
         if opened.owned and not opened.source.closed:
             self._stats.refresh()
             opened.source.close()
+        if opened.decoders is not None:
+            opened.decoders.close()
 
     def _finish(self) -> None:
         self._done = True

@@ -17,6 +17,7 @@ also gets a :class:`StreamRespawn`: what the replacement of a dead worker reads
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from typing import Any, Callable, Optional
@@ -73,8 +74,8 @@ def _opened(loader: Settings, progress: Progress, workers: Workers, stats: Loade
             respawn: Optional[StreamRespawn] = None, unread: Optional[Callable[[], int]] = None,
             depth: Optional[int] = None, in_process: bool = False) -> Opened:
     source, unordered = seq, False
-    if in_process:   # (the batches are cut in this thread; thread workers decode ahead: read_ahead)
-        pass
+    if in_process:   # the batches are cut in this thread; the workers decode ahead (read_ahead)
+        source = seq
     elif reuse is not None and len(seq) > 0:  # the same epoch's workers, pointed at the new recipe
         reuse.reset(seq)
         source = reuse
@@ -101,16 +102,21 @@ def open_map_epoch(loader: Settings, reading: Any, progress: Progress, workers: 
     computed nothing: an out-of-order read seeks it as fresh workers)."""
     reading.control.resolve(reading.recipe(loader))
     seq, skip = epoch_batches(reading.recipe(loader), progress)
-    # thread workers over a block source decode ahead; the batches are cut here (read_ahead)
-    seq.read_ahead = read_ahead(loader, seq.dataset, reading.seekable)
+    # workers over a block source decode ahead; the batches are cut here (read_ahead)
+    ahead = read_ahead(loader, seq.dataset, reading.seekable)
     if reuse is None and not unread:   # (before workers start: processes and actors get the sizes with the dataset)
         size_block_caches(loader.dataset, reading.seekable, loader.num_workers, loader.executor, loader.in_order,
-                          ahead=seq.read_ahead is not None)
+                          ahead=ahead is not None)
+    if ahead is not None and ahead.processes:   # (decode processes: the loader's, or this iterator's)
+        ahead = dataclasses.replace(ahead, decoders=workers.decoders(loader, seq.dataset))
+    seq.read_ahead = ahead
     # an in-order read of a block shuffle waits for a window's decode: read deeper (unless given)
     deeper = None if loader.prefetch_factor_given or not loader.in_order or not loader.num_workers else \
         prefetch_depth(loader.dataset, reading.seekable, loader.batch_size, loader.executor)
     opened = _opened(loader, progress, workers, stats, seq, skip, 0, streams=False, reuse=reuse, depth=deeper,
-                     in_process=seq.read_ahead is not None)
+                     in_process=ahead is not None)
+    if ahead is not None and ahead.decoders is not None and not workers.is_persistent(ahead.decoders):
+        opened.decoders = ahead.decoders
     if unread and reuse is not None and opened.source is reuse and not loader.in_order:
         opened.unordered = True
         reuse.seek(0, skip=skip)

@@ -1,4 +1,4 @@
-"""L3: thread workers over a block source: threads decode blocks ahead, the training thread cuts the batches.
+"""L3: workers over a block source: they decode blocks ahead, the training thread cuts the batches.
 
 A :class:`~seqloader.BlockShuffleSampler` reads ``window`` blocks at a time in each lane, and the
 first batch of a window needs every block of it. What costs is the decode of a block (about
@@ -16,19 +16,33 @@ and at most ``num_workers`` threads of the process decode them (they end when no
 first batch asks for every lane's first window too, so that the decode threads share them. A
 block whose decode has not begun when a batch needs it is decoded by the training thread (it never
 waits behind the queue). Batches are those of ``num_workers=0``: only when a block is decoded
-changes, every value comes from the one decode of its block. Elsewhere (other datasets, a
-``worker_init_fn``, other executors) thread workers compute whole batches, as before.
+changes, every value comes from the one decode of its block.
+
+Worker processes (``worker_method="process"``, the default, without ``threads_per_worker`` or
+``max_worker_restarts``, ``collate_fn`` torch's ``default_collate`` or ``default_convert``) do the
+same over a source without a ``transform`` whose blocks are copied into slot buffers (Parquet; not
+an Arrow IPC file's memory map): the ``num_workers`` processes are *decode
+processes* (:class:`~seqloader.prefetcher.decoders.BlockDecoders`), each decode thread of the
+training process hands its block to one and waits (no GIL held), and the process writes the
+block into the arena's shared buffers. The processes live as the loader's workers do (an
+iterator's, or the loader's with ``persistent_workers``). Elsewhere (other datasets, a
+``worker_init_fn``, other executors) workers compute whole batches, as before.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from torch.utils.data import default_collate, default_convert
+
 from seqloader.loader.epoch.block_caches import window_rows
-from seqloader.prefetcher.options import ThreadWorkers
+from seqloader.prefetcher.options import ProcessWorkers, ThreadWorkers
 
 __all__ = ["ReadAhead", "read_ahead"]
+
+#: The collates that decode processes leave to the training thread (any other runs in the worker processes)
+TORCH_COLLATES = (None, default_collate, default_convert)
 
 #: Looks ahead per window and lane: a later look finds the window's blocks claimed (a set lookup).
 LOOKS_PER_WINDOW = 8
@@ -41,6 +55,9 @@ class ReadAhead:
     at most ``threads`` threads; batch 0 asks for the first batch of every lane too. ``plan`` is
     an :class:`~seqloader.orders.plans.OrderPlan`: ``window_rows`` names one row of each block of
     the window a batch starts in (a few binary searches, the order's cache left alone).
+    ``processes``: each thread has a decode process decode its block (worker processes: the
+    loader gives ``decoders``, a :class:`~seqloader.prefetcher.decoders.BlockDecoders`, whose
+    failure each look raises).
 
     Example:
         >>> ahead = ReadAhead(distance=250, every=15, lanes=2, threads=2)
@@ -52,6 +69,8 @@ class ReadAhead:
     every: int
     lanes: int
     threads: int
+    processes: bool = False
+    decoders: Any = field(default=None, repr=False, compare=False)
 
     def looks(self, b: int) -> bool:
         """Whether batch ``b`` looks ahead."""
@@ -61,11 +80,15 @@ class ReadAhead:
         """Batch ``b`` of ``plan`` is about to be cut: hand the blocks of ``b + distance`` to ``dataset``."""
         if not self.looks(b):
             return
+        how: tuple = (self.threads,)
+        if self.decoders is not None:   # (a decode process that died raises here, in the training thread)
+            self.decoders.check()
+            how = (self.threads, self.decoders.handle)
         if b == 0:   # (the lanes' first windows: the decode threads share them with this thread)
             for first in range(min(self.lanes, len(plan))):
-                dataset.decode_ahead(plan.window_rows(first), self.threads)
+                dataset.decode_ahead(plan.window_rows(first), *how)
         if b + self.distance < len(plan):
-            dataset.decode_ahead(plan.window_rows(b + self.distance), self.threads)
+            dataset.decode_ahead(plan.window_rows(b + self.distance), *how)
 
 
 def read_ahead(loader: Any, dataset: Any, sampler: Any) -> Optional[ReadAhead]:
@@ -83,17 +106,24 @@ def read_ahead(loader: Any, dataset: Any, sampler: Any) -> Optional[ReadAhead]:
         >>> sampler = seqloader.BlockShuffleSampler(src, window=8, seed=0)
         >>> loader = seqloader.DataLoader(src, batch_size=64, sampler=sampler, num_workers=2, worker_method="thread")
         >>> read_ahead(loader, src, sampler)
-        ReadAhead(distance=24, every=1, lanes=2, threads=2)
+        ReadAhead(distance=24, every=1, lanes=2, threads=2, processes=False)
+        >>> read_ahead(seqloader.DataLoader(src, batch_size=64, sampler=sampler, num_workers=2), src, sampler)
+        ReadAhead(distance=24, every=1, lanes=2, threads=2, processes=True)
         >>> read_ahead(seqloader.DataLoader(src, batch_size=64, sampler=sampler), src, sampler) is None   # no workers
         True
     """
-    if not loader.num_workers or not isinstance(loader.executor, ThreadWorkers) or loader.worker_init_fn is not None:
+    executor = loader.executor
+    processes = isinstance(executor, ProcessWorkers) and executor.threads == 1 and not loader.max_worker_restarts
+    if processes and loader.collate_fn not in TORCH_COLLATES:   # (a collate of the user's stays in the workers)
+        return None
+    if not loader.num_workers or not (processes or isinstance(executor, ThreadWorkers)) or \
+            loader.worker_init_fn is not None:
         return None
     rows, batch_size = window_rows(sampler), loader.batch_size
-    decodes = getattr(dataset, "decodes_ahead", None)
+    decodes = getattr(dataset, "decodes_in_processes" if processes else "decodes_ahead", None)
     if rows is None or len(sampler.block_ends) < 2 or not batch_size or not callable(decodes) or not decodes():
         return None
     lanes = max(1, sampler.lanes or 1)
     per_lane = max(1, rows // batch_size)   # (a window's fewest rows: the look is never two windows ahead)
     return ReadAhead(distance=lanes * per_lane, every=max(1, per_lane // LOOKS_PER_WINDOW), lanes=lanes,
-                     threads=loader.num_workers)
+                     threads=loader.num_workers, processes=processes)

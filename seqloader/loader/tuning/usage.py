@@ -140,12 +140,15 @@ class ProcessTree:
 
 def worker_pids(source: Any) -> list:
     """The pids of the worker processes reading for ``source`` (an opened epoch's ``Prefetch``,
-    or its sequence: none), as its executor reports them.
+    as its executor reports them, or its sequence: the decode processes of its read-ahead, if any).
 
     Example:
         >>> worker_pids([1, 2, 3])
         []
     """
+    decoders = getattr(getattr(source, "read_ahead", None), "decoders", None)
+    if decoders is not None:   # (the epoch's sequence, its blocks decoded by processes: read_ahead)
+        return [] if decoders.closed else list(decoders.pids)
     executor: Any = getattr(source, "executor", None)
     if getattr(executor, "kind", None) != "process" or source.closed:
         return []

@@ -27,6 +27,7 @@ from seqloader.loader.rngs.probe import GlobalDrawProbe
 from seqloader.loader.workers.threads import ThreadWorkerSetup
 from seqloader.loader.torch_compat import install_worker_info, numpy_worker_seed
 from seqloader.prefetcher.api import prefetch
+from seqloader.prefetcher.decoders import BlockDecoders
 from seqloader.prefetcher.prefetch import Prefetch
 from seqloader.prefetcher.options import ExecutorOptions, choose_executor
 from seqloader.rng import derive_seed
@@ -163,6 +164,7 @@ class Workers:
 
     def __init__(self) -> None:
         self.prefetch: Optional[Prefetch] = None   # the persistent one, if any
+        self.block_decoders: Optional[BlockDecoders] = None   # the persistent decode processes, if any
         self.probe = GlobalDrawProbe()  # the thread workers' (worker_method="thread")
         self._respawn: Optional[Callable[[int], Any]] = None  # its current epoch's respawn
 
@@ -208,12 +210,29 @@ class Workers:
     def _respawn_current(self, worker_id: int) -> Any:
         return None if self._respawn is None else self._respawn(worker_id)
 
+    def decoders(self, loader: Any, dataset: Any) -> BlockDecoders:
+        """Decode processes for ``dataset`` (:mod:`seqloader.loader.epoch.read_ahead`): the loader's
+        own with ``persistent_workers`` (started once, kept while they read this dataset), else new ones."""
+        kept = self.block_decoders
+        if kept is not None and not kept.closed and kept.source is dataset and kept.failure is None:
+            return kept
+        if kept is not None:
+            self.block_decoders = None
+            kept.close()
+        made = BlockDecoders(dataset, loader.num_workers, loader.executor.context)
+        if loader.persistent_workers:
+            self.block_decoders = made
+        return made
+
     def is_persistent(self, pf: Any) -> bool:
-        """Whether ``pf`` is the loader's persistent ``Prefetch`` (not an iterator's own)."""
-        return pf is self.prefetch
+        """Whether ``pf`` is the loader's persistent ``Prefetch`` or decode processes (not an iterator's own)."""
+        return pf is self.prefetch or pf is self.block_decoders
 
     def close(self) -> None:
         """Stop the workers, if any; idempotent."""
         if self.prefetch is not None:
             pf, self.prefetch = self.prefetch, None
             pf.close()
+        if self.block_decoders is not None:
+            decoders, self.block_decoders = self.block_decoders, None
+            decoders.close()

@@ -90,15 +90,17 @@ def test_the_defaults_decode_each_row_group_once_per_epoch_per_process(folder, n
     # the last batch a process computed saw its counters almost at the end: each group at most once
     for counters in seen.values():
         assert counters["blocks_decoded"] <= GROUPS
-    if num_workers == 0 or method == "thread":   # the training process's own arena: the whole epoch
+    # (a collate of the user's: worker processes compute whole batches; thread workers decode ahead)
+    ahead = method == "thread" and threads == 1
+    if num_workers == 0 or ahead:   # the training process's own arena: the whole epoch
         assert src.counters()["blocks_decoded"] == GROUPS
         assert src.counters()["items_read"] == GROUPS * ROWS
     # thread workers decode each lane's next window ahead (seqloader.loader.epoch.read_ahead): a window more per lane
     expected = {(0, 1): 3 * WINDOW,                           # one process reads both lanes, and a next window
-                (2, 1): min(GROUPS, 5 * WINDOW) if method == "thread" else 2 * WINDOW,   # threads: one cache
+                (2, 1): min(GROUPS, 5 * WINDOW) if ahead else 2 * WINDOW,   # threads: one cache
                 (2, 2): 2 * WINDOW}[num_workers, threads]       # its lane, and its next window
     assert src.cache_blocks == expected == blocks_in_use(WINDOW, LANES, GROUPS, num_workers, loader.executor,
-                                                         ahead=method == "thread" and threads == 1)
+                                                         ahead=ahead)
 
 
 def test_the_batch_that_crosses_windows_finds_slots(folder, monkeypatch):
@@ -231,10 +233,12 @@ def test_two_loaders_over_one_source_read_it_at_once(folder):
 
 
 @pytest.mark.parametrize("num_workers,method,threads,given,expected", [
-    (2, "multiprocessing", 1, None, WINDOW * ROWS // (2 * BATCH)),   # derived: half a lane's window
-    (2, "multiprocessing", 2, None, WINDOW * ROWS // (2 * BATCH)),
-    (2, "multiprocessing", 1, 3, 3),                                 # given: kept
-    (2, "thread", 1, None, None),   # thread workers decode ahead, the batches cut in this thread: no prefetcher
+    (2, "multiprocessing", 2, None, WINDOW * ROWS // (2 * BATCH)),   # derived: half a lane's window
+    (2, "multiprocessing", 2, 3, 3),                                 # given: kept
+    # thread workers and plain worker processes decode ahead, the batches cut in this thread: no prefetcher
+    (2, "multiprocessing", 1, None, None),
+    (2, "multiprocessing", 1, 3, None),
+    (2, "thread", 1, None, None),
 ])
 def test_worker_processes_read_a_block_shuffle_half_a_window_ahead(folder, monkeypatch, num_workers, method,
                                                                    threads, given, expected):
