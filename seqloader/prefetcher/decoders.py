@@ -31,7 +31,6 @@ asked again: a reply is never read for the wrong request.
 
 from __future__ import annotations
 
-import mmap
 import os
 import queue
 import signal
@@ -44,6 +43,7 @@ import numpy as np
 
 from seqloader.prefetcher.checks import resolve_context
 from seqloader.prefetcher.processes.handle import describe_exit
+from seqloader.sources._slots import fits, shared_array
 
 __all__ = ["BlockDecoders", "serve"]
 
@@ -73,8 +73,7 @@ def serve(conn: Any, source: Any) -> None:
             _, key, dtype, shape = msg
             fd = reduction.recv_handle(conn)
             try:
-                dt = np.dtype(dtype)
-                buffers[key] = np.ndarray(shape, dt, buffer=mmap.mmap(fd, max(1, int(np.prod(shape)) * dt.itemsize)))
+                buffers[key] = shared_array(fd, shape, dtype)
             finally:
                 os.close(fd)
             continue
@@ -85,7 +84,7 @@ def serve(conn: Any, source: Any) -> None:
             written, rest = [], {}
             for name, col in cols.items():
                 buf = buffers.get(keys.get(name, 0))
-                if buf is not None and n <= rows and buf.dtype == col.dtype and buf.shape[1:] == col.shape[1:]:
+                if buf is not None and fits(buf, col, rows):
                     np.copyto(buf[slot * rows:slot * rows + n], col)
                     written.append(name)
                 else:

@@ -116,11 +116,9 @@ class Slots:
         """An uninitialised buffer (under the lock): private, or in an anonymous shared file."""
         if self._shared is None:
             return np.empty(shape, dtype)
-        nbytes = max(1, int(np.prod(shape)) * dtype.itemsize)
-        fd = _anonymous_file(f"seqloader-{self.op}-{name}", nbytes)
-        buf = np.ndarray(shape, dtype, buffer=mmap.mmap(fd, nbytes))
+        fd = _anonymous_file(f"seqloader-{self.op}-{name}", _nbytes(shape, dtype))
         self._shared[name] = (next(_KEYS), fd)
-        return buf
+        return shared_array(fd, shape, dtype)
 
     def _buffer(self, name: str, like: np.ndarray, rows: int) -> np.ndarray | None:
         """The buffer of column ``name`` (allocated like ``like``'s rows), or ``None`` if ``like``
@@ -132,7 +130,7 @@ class Slots:
             buf = self._buffers.get(name)
             if buf is None:
                 buf = self._buffers[name] = self._allocate(name, (self.capacity * rows, *like.shape[1:]), like.dtype)
-        return buf if buf.dtype == like.dtype and buf.shape[1:] == like.shape[1:] else None
+        return buf if fits(buf, like, rows) else None
 
     def store(self, cols: dict[str, np.ndarray], slot: Optional[int], rows: int, block: int = 0,
               num_blocks: int = 1, written: tuple[str, ...] = (), n: Optional[int] = None) -> Block:
@@ -198,6 +196,28 @@ class Slots:
 
 
 _KEYS = itertools.count(1)   # (keys of shared buffers: unique in this process)
+
+
+def fits(buf: np.ndarray, col: np.ndarray, rows: int) -> bool:
+    """Whether a block's column ``col`` goes in the slot buffer ``buf`` of ``rows`` rows per slot.
+
+    Example:
+        >>> buf = np.zeros((6, 2), np.int32)
+        >>> fits(buf, np.ones((3, 2), np.int32), 3), fits(buf, np.ones((3, 2), np.int64), 3), fits(buf, np.ones((4, 2), np.int32), 3)
+        (True, False, False)
+    """
+    return len(col) <= rows and buf.dtype == col.dtype and buf.shape[1:] == col.shape[1:]
+
+
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    return max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
+
+
+def shared_array(fd: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An array of ``shape`` and ``dtype`` over a mapping of the shared file ``fd`` (the mapping
+    keeps its own descriptor: ``fd`` may be closed after)."""
+    dtype = np.dtype(dtype)
+    return np.ndarray(shape, dtype, buffer=mmap.mmap(fd, _nbytes(shape, dtype)))
 
 
 def _anonymous_file(name: str, nbytes: int) -> int:
