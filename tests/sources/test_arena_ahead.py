@@ -106,6 +106,31 @@ def test_a_claim_ahead_never_evicts_a_pinned_block():
     assert arena.ahead([2], decode) == 1                      # the least recently used gives its slot
 
 
+def test_a_claim_ahead_never_evicts_a_block_decoded_ahead_and_not_read_yet():
+    """Two lanes: lane 0 moves to its next window and claims the one after while lane 1's next
+    window, decoded ahead, waits unread; least-recently-used would evict it (decoded twice)."""
+    arena, decode = Arena(6, "demo"), Held()
+    for b in (0, 1):                                          # the current windows, read
+        with arena.pinned([b], decode, str):
+            pass
+    assert arena.ahead([2, 3], decode) == 2                   # each lane's next window, decoded ahead
+    assert wait_until(lambda: arena.counters()["blocks_decoded"] == 4, BOUND)
+    with arena.pinned([2], decode, str):                      # lane 0 reads its next window
+        pass
+    with arena.pinned([1], decode, str):                      # lane 1 still reads its current one
+        pass
+    assert arena.ahead([4, 5], decode) == 2                   # free slots
+    assert wait_until(lambda: arena.counters()["blocks_decoded"] == 6, BOUND)
+    assert arena.ahead([6], decode) == 1                      # lane 0's window after next: evicts block 0
+    assert wait_until(lambda: arena.counters()["blocks_decoded"] == 7, BOUND)
+    assert 3 in arena.kept() and 0 not in arena.kept()        # block 3 (unread) kept, block 0 (read) evicted
+    assert arena.ahead([7, 8, 9], decode) == 2                # blocks 1 and 2 read: their slots; 3-6 unread: not
+    assert wait_until(lambda: arena.counters()["blocks_decoded"] == 9, BOUND)
+    with arena.pinned([3], decode, str) as got:               # read at last, without a second decode
+        assert got == {3: {"block": 3}}
+    assert arena.counters()["blocks_decoded"] == 9 and arena.counters()["blocks_decoded_again"] == 0
+
+
 def test_a_burst_ends_its_threads_when_idle_and_close_drops_the_queue():
     ran, gate = [], threading.Event()
     burst = Burst("seqloader-ahead-test", 1)
