@@ -16,9 +16,6 @@ import os
 import signal
 import threading
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 from torch.utils.data import default_convert
@@ -27,6 +24,7 @@ import seqloader
 from contract_fixtures import executor, no_leaks, ray_cluster  # noqa: F401 (fixtures)
 from forking import wait_until
 from leaks import children
+from parquet_files import write_token_files
 from seqloader.loader.epoch.read_ahead import read_ahead
 
 
@@ -37,13 +35,7 @@ def _ahead_threads() -> list[str]:
 @pytest.fixture
 def files(tmp_path):
     """8 files x 4 row groups of 50 rows: ``id`` and a ``tokens`` list column of 16."""
-    rng = np.random.default_rng(0)
-    for f in range(8):
-        ids = np.arange(f * 200, (f + 1) * 200, dtype=np.int64)
-        tokens = pa.FixedSizeListArray.from_arrays(pa.array(rng.integers(0, 1000, 200 * 16, dtype=np.int32)), 16)
-        pq.write_table(pa.table({"id": ids, "tokens": tokens}), os.path.join(tmp_path, f"part-{f}.parquet"),
-                       row_group_size=50)
-    return str(tmp_path)
+    return write_token_files(tmp_path, files=8, rows=200, row_group=50, width=16)
 
 
 def _loader(folder, cache_blocks=None, collate_fn=default_convert, **kw):

@@ -6,29 +6,21 @@ reference), under every start method."""
 from __future__ import annotations
 
 import gc
-import os
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import seqloader
 from forking import wait_until
 from leaks import children
+from parquet_files import write_token_files
 from seqloader.prefetcher.decoders import BlockDecoders
 
 
 @pytest.fixture
 def folder(tmp_path):
     """2 files x 3 row groups of 40 rows: ``id`` int64, ``tokens`` 8 x int32, ``name`` strings."""
-    rng = np.random.default_rng(3)
-    for f in range(2):
-        ids = np.arange(f * 120, (f + 1) * 120, dtype=np.int64)
-        tokens = pa.FixedSizeListArray.from_arrays(pa.array(rng.integers(0, 99, 120 * 8, dtype=np.int32)), 8)
-        pq.write_table(pa.table({"id": ids, "tokens": tokens, "name": [f"r{i}" for i in ids]}),
-                       os.path.join(tmp_path, f"p{f}.parquet"), row_group_size=40)
-    return str(tmp_path)
+    return write_token_files(tmp_path, files=2, rows=120, row_group=40, width=8, high=99, seed=3, names=True)
 
 
 def _rows(src, positions):
