@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import signal
 import sys
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -111,6 +113,7 @@ def pytest_configure(config):
             raise pytest.UsageError("--plain-routes: seqloader.loader.plain_routes was imported before the option "
                                     "was read; set SEQLOADER_PLAIN_ROUTES in the environment instead")
         os.environ["SEQLOADER_PLAIN_ROUTES"] = routes  # worker processes read it too
+    config.pluginmanager.register(_DoctestFolders(), "seqloader-doctest-folders")
     try:
         _routes()
     except ValueError as error:  # an unknown route name: before any test
@@ -147,3 +150,36 @@ class _RefusalsSkip:
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0,
                            f"Skipped: thread workers are {_REFUSAL} (SEQLOADER_PLAIN_ROUTES={_routes()})")
+
+
+class _DoctestFolders:
+    """The folders a doctest makes with ``tempfile.mkdtemp()`` are removed when it ends.
+
+    The examples call ``tempfile.mkdtemp()`` so that they read as a user would write them; without
+    this, every run of the suite left a few thousand folders in the temporary directory. Only the
+    folders made by the example's own lines (a frame whose file is the doctest) are recorded: one
+    that a library makes and keeps for the process (``multiprocessing``'s ``pymp-`` folder) stays.
+    A plugin of its own, like ``_RefusalsSkip``: it covers the package's doctests, outside ``tests/``.
+    """
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        if not isinstance(item, pytest.DoctestItem):
+            yield
+            return
+        made: list[str] = []
+        mkdtemp = tempfile.mkdtemp
+
+        def recorded(*args, **kwargs):
+            folder = mkdtemp(*args, **kwargs)
+            if sys._getframe(1).f_code.co_filename.startswith("<doctest"):
+                made.append(folder)
+            return folder
+
+        tempfile.mkdtemp = recorded
+        try:
+            yield
+        finally:
+            tempfile.mkdtemp = mkdtemp
+            for folder in made:
+                shutil.rmtree(folder, ignore_errors=True)

@@ -18,10 +18,10 @@ from seqloader.sources._storage import Files
 
 
 def digest_of(data: bytes, name: str = "f.bin") -> str:
-    folder = tempfile.mkdtemp()
-    with open(os.path.join(folder, name), "wb") as f:
-        f.write(data)
-    return sample_digest(Files("test", resolve("test", folder, (".bin",), None)), 0)
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+        return sample_digest(Files("test", resolve("test", folder, (".bin",), None)), 0)
 
 
 @settings(max_examples=40, deadline=None)

@@ -132,14 +132,13 @@ def test_a_batch_across_row_groups_is_one_take_from_the_slot_buffers(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a deliberately small arena (it warns it thrashes)
-def test_threads_reading_a_small_arena_at_once_get_exact_batches():
+def test_threads_reading_a_small_arena_at_once_get_exact_batches(tmp_path):
     """Slots are reused as blocks leave the arena, never under a batch that reads them: 8 threads,
     a switch interval of 1 µs, 3 slots for 12 row groups, and every batch is checked."""
     import sys
-    import tempfile
     import threading
 
-    folder = tempfile.mkdtemp()
+    folder = str(tmp_path)
     write(f"{folder}/a.parquet", [pa.table({"x": np.arange(k * 20, k * 20 + 20), "tokens": tokens(20, 2, start=40 * k)})
                                   for k in range(12)])
     src = seqloader.parquet(folder, columnar=True, cache_blocks=3)
