@@ -151,7 +151,9 @@ def test_the_read_ahead_looks_one_lanes_window_ahead_and_batch_0_at_every_lanes_
     ahead = ReadAhead(distance=4, every=1, lanes=2, threads=3)
     asked = []
 
-    class Plan:
+    class Plan:   # (an OrderPlan from the epoch's start)
+        start, bs, world = 0, 1, 1
+
         def __len__(self):
             return 10
 

@@ -29,7 +29,7 @@ from seqloader.loader.pipeline.walk import pipeline_sources
 from seqloader.loader.samplers.shuffle import BlockShuffleSampler
 from seqloader.prefetcher.options import ProcessWorkers, ThreadWorkers
 
-__all__ = ["MOST_PREFETCH", "blocks_in_use", "prefetch_depth", "size_block_caches", "window_rows"]
+__all__ = ["MOST_PREFETCH", "blocks_in_use", "prefetch_depth", "size_block_caches", "window_batches", "window_rows"]
 
 #: The deepest read-ahead a loader derives per worker (batches; ``prefetch_factor`` when given is kept).
 MOST_PREFETCH = 32
@@ -172,3 +172,21 @@ def window_rows(sampler: Any) -> Optional[int]:
     if not isinstance(sampler, BlockShuffleSampler) or sampler.window is None or len(sampler.block_ends) == 0:
         return None
     return max(1, sampler.window) * int(np.diff(sampler.block_ends, prepend=0).min())
+
+
+def window_batches(sampler: Any, batch_size: Optional[int]) -> Optional[int]:
+    """The loader's batches between two windows of a lane of ``sampler`` (every lane reads one
+    window in that many): ``lanes * floor(window_rows / batch_size)``, at least ``lanes``; ``None``
+    where :func:`window_rows` is, or without a ``batch_size``. A lane's next window must be decoded
+    by then: the cycle of a block shuffle's decodes (read-ahead's distance, a trial's length).
+
+    Example:
+        >>> shuffle = BlockShuffleSampler(range(4000), blocks=list(range(100, 4001, 100)), window=8, seed=0, lanes=2)
+        >>> window_batches(shuffle, 64), window_batches(shuffle, 1000), window_batches(shuffle, None)
+        (24, 2, None)
+    """
+    rows = window_rows(sampler)
+    if rows is None or not batch_size:
+        return None
+    lanes = max(1, sampler.lanes or 1)
+    return lanes * max(1, rows // batch_size)

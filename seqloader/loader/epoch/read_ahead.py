@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 from torch.utils.data import default_collate, default_convert
 
-from seqloader.loader.epoch.block_caches import window_rows
+from seqloader.loader.epoch.block_caches import window_batches
 from seqloader.prefetcher.options import ProcessWorkers, ThreadWorkers
 
 __all__ = ["ReadAhead", "read_ahead"]
@@ -51,10 +51,15 @@ LOOKS_PER_WINDOW = 8
 @dataclass(frozen=True)
 class ReadAhead:
     """While batch ``b`` is cut, ask for the blocks of batch ``b + distance``, once every
-    ``every`` batches of a lane (``lanes`` lanes, batch ``b`` in lane ``b % lanes``), decoded by
-    at most ``threads`` threads; batch 0 asks for the first batch of every lane too. ``plan`` is
-    an :class:`~seqloader.orders.plans.OrderPlan`: ``window_rows`` names one row of each block of
-    the window a batch starts in (a few binary searches, the order's cache left alone).
+    ``every`` batches of a lane (``lanes`` lanes, the epoch's batch ``g`` in lane ``g % lanes``),
+    decoded by at most ``threads`` threads; the plan's batch 0 asks for the first batch of every
+    lane too. ``plan`` is an :class:`~seqloader.orders.plans.OrderPlan`: ``window_rows`` names
+    one row of each block of the window a batch starts in (a few binary searches, the order's
+    cache left alone). A plan that starts mid-epoch (a resume, an autotune switch) starts
+    ``plan.start`` samples in: the looks are counted from the epoch's start, so that they keep
+    their place in each lane's windows (counted from the plan's first batch, a plan that starts
+    an odd number of batches in looks for each lane's next window out of step with the lanes, and
+    issue 43 measured thread workers 15% slower for the rest of the epoch).
     ``processes``: each thread has a decode process decode its block (worker processes: the
     loader gives ``decoders``, a :class:`~seqloader.prefetcher.decoders.BlockDecoders`, whose
     failure each look raises).
@@ -72,13 +77,13 @@ class ReadAhead:
     processes: bool = False
     decoders: Any = field(default=None, repr=False, compare=False)
 
-    def looks(self, b: int) -> bool:
-        """Whether batch ``b`` looks ahead."""
-        return (b // self.lanes) % self.every == 0
+    def looks(self, g: int) -> bool:
+        """Whether the epoch's batch ``g`` looks ahead."""
+        return (g // self.lanes) % self.every == 0
 
     def __call__(self, dataset: Any, plan: Any, b: int) -> None:
         """Batch ``b`` of ``plan`` is about to be cut: hand the blocks of ``b + distance`` to ``dataset``."""
-        if not self.looks(b):
+        if not self.looks(b + plan.start // max(1, plan.bs * plan.world)) and b != 0:
             return
         how: tuple = (self.threads,)
         if self.decoders is not None:   # (a decode process that died raises here, in the training thread)
@@ -119,11 +124,10 @@ def read_ahead(loader: Any, dataset: Any, sampler: Any) -> Optional[ReadAhead]:
     if not loader.num_workers or not (processes or isinstance(executor, ThreadWorkers)) or \
             loader.worker_init_fn is not None:
         return None
-    rows, batch_size = window_rows(sampler), loader.batch_size
+    distance = window_batches(sampler, loader.batch_size)   # (a window's fewest rows: never two windows ahead)
     decodes = getattr(dataset, "decodes_in_processes" if processes else "decodes_ahead", None)
-    if rows is None or len(sampler.block_ends) < 2 or not batch_size or not callable(decodes) or not decodes():
+    if distance is None or len(sampler.block_ends) < 2 or not callable(decodes) or not decodes():
         return None
     lanes = max(1, sampler.lanes or 1)
-    per_lane = max(1, rows // batch_size)   # (a window's fewest rows: the look is never two windows ahead)
-    return ReadAhead(distance=lanes * per_lane, every=max(1, per_lane // LOOKS_PER_WINDOW), lanes=lanes,
+    return ReadAhead(distance=distance, every=max(1, distance // lanes // LOOKS_PER_WINDOW), lanes=lanes,
                      threads=loader.num_workers, processes=processes)

@@ -40,6 +40,7 @@ from seqloader.loader.tuning.pickles import unpicklable
 from seqloader.loader.tuning.policy import BatchTiming, Config, Policy, Tuner
 from seqloader.loader.tuning.rules import not_tried_words
 from seqloader.loader.tuning.usage import ProcessTree, batch_bytes, check_proc, default_memory_budget, worker_pids
+from seqloader.loader.epoch.block_caches import window_batches
 from seqloader.loader.epoch.map_iterator import MapIterator
 from seqloader.loader.rngs.snapshots import Snapshot
 from seqloader.loader.epoch.opening import new_iterator, open_map_epoch
@@ -217,6 +218,12 @@ class Tuning:
                                                "functions), or use multiprocessing_context='fork'",
                                logging.WARNING)   # (the start method asked for processes the pipeline cannot have)
 
+    def set_period(self, batches: int) -> None:
+        """The loader's cycle in batches (a block shuffle's windows), for a policy that takes it
+        (:meth:`Tuner.set_period <seqloader.loader.tuning.policy.Tuner.set_period>`)."""
+        if hasattr(self.policy, "set_period"):
+            self.policy.set_period(batches)
+
     def executor(self) -> ExecutorOptions:
         """The executor of the configuration in force."""
         if self.config.method == "thread":
@@ -315,6 +322,7 @@ class TunedIterator(MapIterator):
         self._delivered = 0
         seq = self._opened.seq if self._opened.unread is None else view.collate_fn  # (unread: a custom sampler's)
         tuning.check_pickles(seq, view.dataset, view.worker_init_fn)
+        tuning.set_period(window_batches(reading.seekable, view.batch_size) or 1)
 
     def _next(self) -> Any:
         """The pending switch (inside ``next()``: part of the loop's wait for this batch), then the

@@ -22,8 +22,11 @@ tested by feeding it numbers. The search, in order (the rules are ``loader/tunin
    on the items, or kept the cores busy: processes add no core; threads far behind processes:
    threads inside them cannot help, nor where threads matched them). A trial does not count its
    first round of batches (the workers' start-up and the burst of batches they computed
-   together), then measures at least ``trial_s`` seconds, 8 batches and two rounds, in whole
-   rounds; it ends early when, after half its time, it is under 0.6 of the best rate so far;
+   together), nor, over a block shuffle, the first cycle of its windows (:meth:`Tuner.set_period`:
+   the new workers' refill, at most ``2 * trial_s`` more), then measures at least ``trial_s``
+   seconds, 8 batches and two rounds, in whole rounds and whole cycles (as many window stalls
+   per batch as the epoch has); it ends early when, after half its time, it is under 0.6 of the
+   best rate so far;
 2. ``num_workers=0`` gets a full trial if its first batch came at 0.7 of the best rate or more;
    if the loop was not waiting (``< 10%`` of its time in ``next()``: it is consumer-bound),
    halve its workers (then threads, then ``num_workers=0``) while it keeps up, and keep the
@@ -33,8 +36,9 @@ tested by feeding it numbers. The search, in order (the rules are ``loader/tunin
    twice the read-ahead;
 4. the winner is measured again, in place, for ``4 * trial_s``: if it delivers under 0.85 of the
    runner-up's rate, its first trial was lucky (a loaded machine misjudges a short trial by up
-   to 2x), and the runner-up is measured again before choosing; each configuration is confirmed
-   once;
+   to 2x), and the runner-up is measured again before choosing; so it is if the winner delivers
+   under 0.85 of its own first rate (lucky, or the machine's speed changed since the trials), but
+   a runner-up under 0.6 of its new rate is not; each configuration is confirmed once;
 5. settle, and stay there until the loop's own time per batch changes by more than 2x, or the
    memory the loader holds (measured every 5 s) exceeds ``memory_budget`` (then the winner is
    refused and the search goes on without it). A slower loop re-measures the configuration in
@@ -61,13 +65,15 @@ from typing import Callable, Optional
 from seqloader.loader.tuning.budget import Budget
 from seqloader.loader.tuning.rules import (PROCESS_THREADS, THREADS_PER_WORKER, StepWatch, executors, floor,
                                              follow_up, keeps_up, not_tried_words, pick, pruned, ruled_out)
-from seqloader.loader.tuning.trials import BatchTiming, Config, Measuring, Policy, Probe, Schedule, Stage, Trial, Usage
+from seqloader.loader.tuning.trials import (LOSING, BatchTiming, Config, Measuring, Policy, Probe, Schedule, Stage,
+                                             Trial, Usage)
 
 __all__ = ["BatchTiming", "Config", "Policy", "Schedule", "Stage", "Trial", "Tuner", "Usage"]
 
 __all__ += ["PROCESS_THREADS", "THREADS_PER_WORKER"]
 _CONFIRM = 4         # the winner is measured again in place for this many trial lengths ...
 _DISAGREE = 0.85     # ... and under this share of the runner-up's rate, the runner-up is measured again
+_WARMUP = 2          # after a switch, the first cycle is not counted, for at most this many trial lengths
 
 
 class Tuner:
@@ -113,6 +119,7 @@ class Tuner:
         if max_workers < 1:
             raise ValueError(f"autotune: max_workers must be >= 1 (got {max_workers})")
         self.max_workers, self.trial_s, self.cores = max_workers, trial_s, cores or max_workers
+        self.period = 1   # the loader's cycle in batches (:meth:`set_period`)
         self.memory = Budget(memory_budget, worker_bytes)   # what each configuration will hold
         #: the kinds of configuration never tried (``rules.KINDS``), each with its reason
         self.not_tried: dict[str, str] = {}
@@ -152,8 +159,30 @@ class Tuner:
         self.skipped: dict[str, str] = {}
 
     def _begin(self, config: Config, switched: bool) -> None:
-        """A trial of ``config`` starts: after a switch its first round is not counted."""
-        self._measuring = Measuring(Trial(config), config.rounds if switched else 1)
+        """A trial of ``config`` starts: after a switch its first round and cycle are not counted."""
+        self._switched = switched
+        warmup = max(config.rounds, self.period) if switched else 1
+        self._measuring = Measuring(Trial(config), warmup, self.period,
+                                    _WARMUP * self.trial_s if switched else float("inf"))
+
+    def set_period(self, batches: int) -> None:
+        """The loader's cycle is ``batches`` (a block shuffle's batches between two windows of a
+        lane, :func:`~seqloader.loader.epoch.block_caches.window_batches`; 1 elsewhere): after a
+        switch, a trial does not count the first cycle, and it counts whole cycles. A trial whose
+        clock has not started takes it at once.
+
+        Example:
+            >>> t = Tuner(max_workers=2, memory_budget=2**40, worker_bytes=0, needs_processes="restarts")
+            >>> t.set_period(24); t.report()["trying"], t._measuring.warmup, t._measuring.unit
+            ('2 processes, prefetch 2', 24, 24)
+        """
+        self.period = max(1, batches)
+        m = self._measuring
+        if m is not None and m.start is None:
+            self._begin(m.trial.config, self._switched)
+            again = self._measuring
+            assert again is not None, "_begin sets the trial measured"
+            again.seen, again.began = m.seen, m.began
 
     def _next_allowed(self) -> Optional[Config]:
         """The next queued configuration within the budget (refusing the others), or ``None``."""
@@ -278,14 +307,26 @@ class Tuner:
 
     def _confirm(self, trial: Trial) -> Optional[Config]:
         """The winner measured again (``trial``): its numbers replace its first trial's; if it
-        falls under 0.85 of the runner-up's rate, the runner-up is measured again, then the
-        choice is made again."""
+        falls under 0.85 of the runner-up's rate, or of its own first rate (the first was lucky,
+        or the machine's speed changed since the trials: the runner-up's, measured then, is no
+        measure now; unless the runner-up is clearly losing, under 0.6 of the winner's new rate),
+        the runner-up is measured again, then the choice is made again.
+
+        Example:
+            >>> t = Tuner(max_workers=2, memory_budget=2**40, worker_bytes=0)
+            >>> t.trials = [Trial(Config("thread", 2), 150, 1.0), Trial(Config("process", 2), 300, 1.0)]
+            >>> _ = t._confirm(Trial(Config("process", 2), 200, 1.0))   # 200/s: under 0.85 of its own 300/s
+            >>> t.report()["trying"], t._stage.value
+            ('2 threads, prefetch 2', 'recheck')
+        """
+        first = next((t for t in self.trials if t.config == trial.config), trial)
         self._confirmed.add(trial.config)
         self.trials = [trial if t.config == trial.config else t for t in self.trials]
         rivals = [t for t in self._ok() if t.config != trial.config and t.config not in self._confirmed
                   and t.batches > 1]
         runner = max(rivals, key=lambda t: t.rate, default=None)
-        if runner is not None and trial.rate < _DISAGREE * runner.rate:
+        changed = trial.rate < _DISAGREE * first.rate and runner is not None and runner.rate >= LOSING * trial.rate
+        if runner is not None and (trial.rate < _DISAGREE * runner.rate or changed):
             self.trials.remove(runner)
             self._queue, self._stage = [runner.config], Stage.RECHECK
         return self._next_or_settle(trial)

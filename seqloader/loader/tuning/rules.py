@@ -175,7 +175,8 @@ def pruned(trial: Trial, queue: list, trials: list, max_workers: int, cores: int
     * thread workers kept 90% of the cores busy: the GIL is released and the cores are used;
       processes add none: they are not tried;
     * processes: threads inside them are tried only if threads reached 70% of their rate but
-      not all of it (the items wait as well as compute, and the GIL holds threads back).
+      not 95% of it (the items wait as well as compute, and the GIL holds threads back; within
+      5%, the rates are the same, as :func:`pick` has them).
 
     Example:
         >>> t = Trial(Config("thread", 2), batches=20, wall_s=1.0, wait_s=0.9, work_s=0.1, cpu_s=1.9)
@@ -207,7 +208,7 @@ def pruned(trial: Trial, queue: list, trials: list, max_workers: int, cores: int
         if threads < LATENCY * trial.rate:
             return added, inside, "threads were well behind processes (or not tried): the items compute, they " \
                                   "do not wait"
-        if threads >= trial.rate:
+        if threads >= SAME_RATE * trial.rate:
             return added, inside, "threads were as fast as processes: the GIL is not what limits them"
     return added, [], ""
 

@@ -150,8 +150,12 @@ class Stage(enum.Enum):
 @dataclasses.dataclass
 class Measuring:
     """The trial being measured: its first ``warmup`` batches (after a switch, its workers' first
-    round: their start-up and burst) are seen but not counted; its clock starts at ``start``,
-    ``(time, cpu_s)``, when the last of them is delivered.
+    round and the first ``period``: their start-up, burst and refill) are seen but not counted,
+    though no more than ``warmup_s`` seconds past the first round; its clock starts at ``start``,
+    ``(time, cpu_s)``, when the last of them is delivered. ``period`` is the loader's cycle in
+    batches (a block shuffle's batches between two windows of a lane, whose first batch waits
+    for the window's decode; 1 elsewhere): a trial counts whole cycles, as many stalls as the
+    epoch has per batch.
 
     Example:
         >>> m = Measuring(Trial(Config("thread", 2)), warmup=2)
@@ -162,18 +166,38 @@ class Measuring:
         (2, 0.75, 1.5)
         >>> m.ended(length=0.5, best=0.0), m.ended(length=1.0, best=10.0), m.trial.cut_short   # 2 < 8 batches; losing
         (False, True, True)
+        >>> cycles = Measuring(Trial(Config("thread", 2)), warmup=6, period=6, warmup_s=1.0)
+        >>> [cycles.count(BatchTiming(t, 0.0, 0.0), use) for t in (0.0, 0.5, 1.5, 2.0)]   # warm after 1 s
+        [False, False, False, True]
+        >>> now = 2.0
+        >>> while not cycles.ended(length=1.0, best=0.0):   # a batch every 0.1 s
+        ...     now += 0.1; _ = cycles.count(BatchTiming(now, 0.0, 0.0), use)
+        >>> cycles.unit, cycles.trial.batches   # whole cycles of 6 batches, over 1 s from the clock's start
+        (6, 12)
     """
 
     trial: Trial
     warmup: int = 1
+    period: int = 1
+    warmup_s: float = float("inf")
     seen: int = 0
     start: Optional[tuple] = None
+    began: Optional[float] = None   # when its first batch was delivered
+
+    @property
+    def unit(self) -> int:
+        """A trial counts whole units: the cycle rounded up to whole rounds (:attr:`Config.rounds`)."""
+        rounds = self.trial.config.rounds
+        return rounds * -(-max(1, self.period) // rounds)
 
     def count(self, timing: BatchTiming, usage: Callable[..., Usage]) -> bool:
         """A batch was delivered: whether it counts (the clock had started)."""
         self.seen += 1
-        if self.start is None:   # start-up and the first round's burst are behind the clock's start
-            if self.seen >= self.warmup:
+        if self.start is None:   # start-up, the first round's burst and the refill are behind the clock's start
+            if self.began is None:
+                self.began = timing.now
+            warm = self.seen >= self.trial.config.rounds and timing.now - self.began >= self.warmup_s
+            if self.seen >= self.warmup or warm:
                 self.start = (timing.now, usage(False).cpu_s)
             return False
         t = self.trial
@@ -184,15 +208,15 @@ class Measuring:
         return True
 
     def ended(self, length: float, best: float) -> bool:
-        """Whether the trial has measured enough: whole rounds (:attr:`Config.rounds`), at least two
-        and 8 batches, over ``length`` seconds; or, after half that time, it is clearly losing
-        (under 0.6 of ``best``, the best rate of the other trials: then it is ``cut_short``)."""
+        """Whether the trial has measured enough: whole units (:attr:`unit`), at least two and 8
+        batches, over ``length`` seconds; or, after half that time, it is clearly losing (under
+        0.6 of ``best``, the best rate of the other trials: then it is ``cut_short``)."""
         t = self.trial
-        rounds = t.config.rounds
-        if t.wall_s >= 0.5 * length and t.batches >= rounds and t.rate < LOSING * best:
+        unit = self.unit
+        if t.wall_s >= 0.5 * length and t.batches >= t.config.rounds and t.rate < LOSING * best:
             t.cut_short = True
             return True
-        return t.wall_s >= length and t.batches >= max(MIN_BATCHES, 2 * rounds) and t.batches % rounds == 0
+        return t.wall_s >= length and t.batches >= max(MIN_BATCHES, 2 * unit) and t.batches % unit == 0
 
     def finish(self, used: Usage) -> Trial:
         """The trial's numbers, with ``used`` measured at its end."""

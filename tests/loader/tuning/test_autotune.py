@@ -293,6 +293,17 @@ def test_a_columnar_source_s_cache_follows_the_configuration_in_force(tmp_path):
     assert src.cache_blocks >= blocks_in_use(3, 2, 12, 2, ThreadWorkers())   # thread workers' size was in force
     assert src.counters()["blocks_decoded_again"] == 0
 
+    class Cycles(Schedule):   # a policy that takes the loader's cycle
+        periods: list = []
+
+        def set_period(self, batches):
+            self.periods.append(batches)
+
+    policy = Cycles([Config("main"), Config("thread", 2)], every=5)
+    _, cycled = make(policy)
+    assert_batches_equal(list(cycled), list(make(False)[1]))
+    assert policy.periods and set(policy.periods) == {2 * (3 * 8 // 4)}   # 2 lanes x a window of 3 x 8 rows / 4
+
 
 class Machine:
     """A simulated machine for the tuner (no clock, no process): configuration ``c`` delivers a
@@ -301,10 +312,14 @@ class Machine:
     batch at once) after ``startup`` seconds. The first batch, computed here, kept ``probe_share``
     of a core busy."""
 
-    def __init__(self, tuner, interval, cores=lambda c: 1.0, work=0.0005, probe_share=1.0, startup=0.05):
+    def __init__(self, tuner, interval, cores=lambda c: 1.0, work=0.0005, probe_share=1.0, startup=0.05,
+                 refill=(0, 1.0), stall=(0, 0.0)):
         self.tuner, self.interval, self.cores, self.work = tuner, interval, cores, work
         self.probe_share, self.startup = probe_share, startup
-        self.now, self.cpu, self.config, self.since = 0.0, 0.0, tuner.first(), 0
+        #: a block shuffle: the first ``refill[0]`` batches after a switch take ``refill[1]`` times as
+        #: long (no window decoded ahead yet), and every ``stall[0]``-th batch waits ``stall[1]`` more
+        self.refill, self.stall = refill, stall
+        self.now, self.cpu, self.config, self.since, self.delivered = 0.0, 0.0, tuner.first(), 0, 0
         self.asked, self.memory_measures = [], 0
 
     def usage(self, memory=True):
@@ -320,6 +335,11 @@ class Machine:
                 dt = 1e-4   # the rest of the first round, computed together
             else:
                 dt = max(self.interval(self.config), self.work)
+            if self.since < self.refill[0]:
+                dt *= self.refill[1]
+            self.delivered += 1
+            if self.stall[0] and self.delivered % self.stall[0] == 0:
+                dt += self.stall[1]
             self.since += 1
             self.now += dt
             self.cpu += self.cores(self.config) * dt
@@ -387,6 +407,64 @@ def test_a_lucky_trial_is_measured_again_and_the_runner_up_chosen():
     assert m.asked.count(Config("process", 2)) == 1   # no switching back and forth
     measured = {tr["config"]: tr["batches_per_s"] for tr in t.report()["trials"]}
     assert measured["2 processes, prefetch 2"] < 20
+
+
+def test_over_a_block_shuffle_a_trial_skips_the_refill_and_counts_whole_cycles():
+    # a window cycle of 40 batches: each cycle's first batch waits 0.1 s; after a switch the first
+    # cycle is 1.5x slower (nothing decoded ahead). Steady: 2 threads 100/s, 2 processes 70/s.
+    def machine(period):
+        t = Tuner(2, 2**40, 0, trial_s=0.3, cores=2)
+        if period:
+            t.set_period(period)
+        return Machine(t, rates(**{"2_threads": 100.0, "2_processes": 70.0}), cores=lambda c: 1.0,
+                       refill=(40, 1.5), stall=(40, 0.1)).run(1500)
+
+    m = machine(40)
+    trials = {tr["config"]: tr for tr in m.tuner.report()["trials"]}
+    assert m.tuner.chosen == Config("thread", 2) and m.tuner.report()["trying"] is None
+    steady = 40 / (40 / 100.0 + 0.1)   # batches per second over whole cycles, a stall in each
+    assert trials["2 threads, prefetch 2"]["batches_per_s"] == pytest.approx(steady, rel=0.05)
+    assert all(tr["batches"] % 40 == 0 for tr in trials.values() if tr["config"] != "num_workers=0"
+               and not tr["cut_short"])
+    # without the cycle, the trial counted the refill and a part of a cycle
+    before = {tr["config"]: tr for tr in machine(0).tuner.report()["trials"]}
+    assert before["2 threads, prefetch 2"]["batches_per_s"] < 0.9 * steady
+
+
+def test_a_winner_slower_at_its_confirmation_than_at_its_own_trial_measures_the_runner_up_again():
+    # threads' trial came while the machine was slow (40/s; 100/s after); processes' trial was
+    # lucky (90/s; 60/s after): the confirmation (60/s) is over 0.85 of threads' old 40/s, but
+    # under 0.85 of its own 90/s, so threads are measured again, and chosen
+    seen = {"process": 0}
+
+    def interval(c):
+        if c == Config("process", 2):
+            seen["process"] += 1
+            return 1 / 90 if seen["process"] < 40 else 1 / 60
+        if c == Config("thread", 2):
+            return 1 / 40 if m.now < 1.0 else 1 / 100
+        return 1 / 5
+
+    t = Tuner(2, 2**40, 0, trial_s=0.3, cores=2)
+    m = Machine(t, interval, cores=lambda c: 1.0)
+    m.run(800)
+    assert t.chosen == Config("thread", 2) and t.report()["trying"] is None
+    assert m.asked.count(Config("process", 2)) == 1   # no switching back and forth
+
+
+def test_a_runner_up_clearly_losing_is_not_measured_again_when_the_winner_slows():
+    seen = {"process": 0}
+
+    def interval(c):   # processes: 90/s, then 60/s; threads: 20/s, clearly losing (under 0.6 of 60/s)
+        if c == Config("process", 2):
+            seen["process"] += 1
+            return 1 / 90 if seen["process"] < 40 else 1 / 60
+        return 1 / 20 if c == Config("thread", 2) else 1 / 5
+
+    t = Tuner(2, 2**40, 0, trial_s=0.3, cores=2)
+    m = Machine(t, interval, cores=lambda c: 1.0).run(800)
+    assert t.chosen == Config("process", 2) and t.report()["trying"] is None
+    assert m.asked.count(Config("thread", 2)) == 1
 
 
 def test_a_confirmed_winner_stays_put_without_another_switch():
