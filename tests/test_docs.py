@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import seqloader
+from tmpdirs import short_tmpdir
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -90,8 +91,9 @@ def test_examples_run(page, tmp_path):
     code = "\n\n".join(python_blocks(page.read_text(encoding="utf-8")))
     script = tmp_path / f"example_{page.stem}.py"
     script.write_text(code, encoding="utf-8")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=280,
-                          cwd=tmp_path, env=env)
+    with short_tmpdir() as tmp:   # (the examples' tempfile.mkdtemp() folders are removed with it)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                   MPLBACKEND="Agg", TMPDIR=tmp)
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=280,
+                              cwd=tmp_path, env=env)
     assert proc.returncode == 0, f"the examples of {page.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"

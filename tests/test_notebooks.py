@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from tmpdirs import short_tmpdir
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -52,10 +53,11 @@ def test_notebook_runs(path, tmp_path):
     client = NotebookClient(nb, km=km, timeout=100, startup_timeout=60,
                             resources={"metadata": {"path": str(NOTEBOOKS)}})
     # The kernel imports the seqloader under test, installed or not.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               MPLBACKEND="Agg")
-    try:
-        client.execute(env=env)  # raises CellExecutionError naming the cell and the traceback
-    finally:
-        if km.has_kernel:  # the client shuts down only kernels it started itself
-            km.shutdown_kernel(now=True)
+    with short_tmpdir() as tmp:   # (the cells' tempfile.mkdtemp() folders are removed with it)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                   MPLBACKEND="Agg", TMPDIR=tmp)
+        try:
+            client.execute(env=env)  # raises CellExecutionError naming the cell and the traceback
+        finally:
+            if km.has_kernel:  # the client shuts down only kernels it started itself
+                km.shutdown_kernel(now=True)
